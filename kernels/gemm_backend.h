@@ -1,0 +1,44 @@
+// The interface the daemon's executor calls: one implementation per compute
+// backend (CPU on OpenBLAS, CUDA behind the per-shape selector).
+#ifndef MATMUL_KERNELS_GEMM_BACKEND_H_
+#define MATMUL_KERNELS_GEMM_BACKEND_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/gemm_problem.h"
+
+namespace matmul {
+
+// What ran and how long the compute part took (kernel time on a GPU, the
+// GEMM call on the CPU; staging copies excluded).
+struct GemmRunInfo {
+  std::string kernel;
+  double kernel_seconds = 0.0;
+};
+
+struct DeviceInfo {
+  std::string name;
+  std::string compute_capability;  // "9.0", empty on the CPU
+  int64_t memory_bytes = 0;
+  int multiprocessors = 0;  // cores on the CPU
+};
+
+class GemmBackend {
+ public:
+  virtual ~GemmBackend() = default;
+
+  // "cpu" or "cuda".
+  virtual std::string name() const = 0;
+  virtual std::vector<DeviceInfo> devices() const = 0;
+
+  // Computes the product for a problem whose pointers all address host
+  // memory; a GPU backend stages operands to the device and back. Blocks
+  // until the output is complete. Thread-safe.
+  virtual absl::StatusOr<GemmRunInfo> RunHost(const GemmProblem& problem) = 0;
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_KERNELS_GEMM_BACKEND_H_

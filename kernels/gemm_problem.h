@@ -1,0 +1,68 @@
+// The description of one (batched) GEMM that every backend consumes:
+//   C[b] = alpha * A[b] * B[b] + beta * C[b],   b in [0, batch)
+// with A[b] viewed as [m, k], B[b] as [k, n] and C[b] as [m, n]. Transposes
+// are folded into the strides, as in the seed kernel (stride_am/stride_ak):
+// a transposed operand simply has row_stride 1 and a large col_stride.
+// Knows nothing of gRPC; the server builds it from a validated request.
+#ifndef MATMUL_KERNELS_GEMM_PROBLEM_H_
+#define MATMUL_KERNELS_GEMM_PROBLEM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace matmul {
+
+enum class DType : uint8_t { kBF16, kFP32 };
+
+inline size_t DTypeSize(DType dtype) { return dtype == DType::kBF16 ? 2 : 4; }
+inline const char* DTypeName(DType dtype) {
+  return dtype == DType::kBF16 ? "bf16" : "fp32";
+}
+
+// Strides are in elements. Element (b, i, j) of an operand lives at
+//   data + b * batch_stride + i * row_stride + j * col_stride.
+// batch_stride 0 broadcasts one matrix over the batch.
+struct Strides {
+  int64_t batch = 0;
+  int64_t row = 0;
+  int64_t col = 0;
+};
+
+struct InputMatrix {
+  const void* data = nullptr;  // BF16
+  Strides strides;
+  // Pointer-array batched mode (used by the batcher): when non-null, entry b
+  // of the batch starts at pointers[b] and strides.batch is ignored. The
+  // array must be readable by the device that runs the product.
+  const void* const* pointers = nullptr;
+};
+
+struct OutputMatrix {
+  void* data = nullptr;  // BF16 or FP32 (GemmProblem::c_dtype)
+  Strides strides;
+  void* const* pointers = nullptr;  // as InputMatrix::pointers
+};
+
+struct GemmProblem {
+  int64_t batch = 1;
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  InputMatrix a;   // [m, k]
+  InputMatrix b;   // [k, n]
+  OutputMatrix c;  // [m, n]; read when beta != 0, always written
+  DType c_dtype = DType::kBF16;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+
+  double flops() const { return 2.0 * batch * m * n * k; }
+};
+
+// "MxNxK" with a transpose tag, e.g. "5120x2048x2048:NT" (bounded metric
+// labels are built from this elsewhere).
+std::string ShapeName(const GemmProblem& problem);
+
+}  // namespace matmul
+
+#endif  // MATMUL_KERNELS_GEMM_PROBLEM_H_
