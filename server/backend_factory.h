@@ -1,0 +1,25 @@
+// Chooses and creates the compute backend named by --backend.
+#ifndef MATMUL_SERVER_BACKEND_FACTORY_H_
+#define MATMUL_SERVER_BACKEND_FACTORY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/gemm_backend.h"
+
+namespace matmul {
+
+struct BackendOptions {
+  std::string kind = "auto";  // auto | cpu | cuda
+  int cuda_device = 0;
+  std::string tuning_cache;  // JSON path for the CUDA selector; may be empty
+};
+
+// auto: cuda when a CUDA device is present, else cpu.
+absl::StatusOr<std::unique_ptr<GemmBackend>> CreateBackend(
+    const BackendOptions& options);
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_BACKEND_FACTORY_H_

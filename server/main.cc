@@ -1,0 +1,152 @@
+// matmul-server: the BF16 matmul daemon. See --help.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "server/backend_factory.h"
+#include "server/matmul_server.h"
+
+ABSL_FLAG(std::vector<std::string>, listen, {"unix:/tmp/matmul.sock"},
+          "gRPC address(es) to serve on: unix:/path/to.sock, or host:port "
+          "for TCP (only when asked; no TLS yet, so prefer loopback). "
+          "Comma-separated or repeated.");
+ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9466",
+          "host:port for the Prometheus /metrics endpoint (loopback by "
+          "default; 9400 is left to the DCGM exporter). Empty disables it.");
+ABSL_FLAG(std::string, backend, "auto",
+          "auto | cpu | cuda. auto picks cuda when a GPU is present, else "
+          "cpu (OpenBLAS).");
+ABSL_FLAG(int, cuda_device, 0, "CUDA device ordinal for --backend=cuda.");
+ABSL_FLAG(std::string, tuning_cache, "",
+          "JSON file where the CUDA backend keeps its per-shape kernel "
+          "choices (empty: in memory only).");
+ABSL_FLAG(int, worker_threads, 2,
+          "Threads that run products (each blocks on one product at a time).");
+ABSL_FLAG(int, max_queue_size, 256,
+          "Requests accepted but not yet running; beyond this new requests "
+          "get RESOURCE_EXHAUSTED at once.");
+ABSL_FLAG(int64_t, max_message_bytes, int64_t{256} << 20,
+          "Largest gRPC message accepted or sent; larger requests get "
+          "RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, max_dimension, int64_t{1} << 24,
+          "Largest M, N, K or batch accepted.");
+ABSL_FLAG(int, max_metric_shapes, 64,
+          "Distinct shapes that get their own metric series; later shapes "
+          "are counted under shape=\"other\".");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
+          "On SIGTERM/SIGINT, how long calls in progress may take to finish "
+          "before they are cancelled.");
+
+namespace {
+
+// absl replaces a vector flag on each occurrence; collect every --listen
+// so that the flag can be repeated as well as comma-separated.
+std::vector<std::string> AllListenAddresses(int argc, char** argv) {
+  std::vector<std::string> addresses;
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    absl::string_view value;
+    if (absl::ConsumePrefix(&arg, "--listen=") ||
+        absl::ConsumePrefix(&arg, "-listen=")) {
+      value = arg;
+    } else if ((arg == "--listen" || arg == "-listen") && i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      continue;
+    }
+    for (absl::string_view part :
+         absl::StrSplit(value, ',', absl::SkipEmpty())) {
+      addresses.emplace_back(part);
+    }
+  }
+  if (addresses.empty()) addresses = absl::GetFlag(FLAGS_listen);
+  return addresses;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "The BF16 matmul daemon: serves C = alpha*op(A)*op(B) + beta*C over "
+      "gRPC (matmul.v1.MatmulService, plus grpc.health.v1 and reflection) "
+      "and exports Prometheus metrics.\n\n"
+      "  matmul-server                           # unix:/tmp/matmul.sock, "
+      "best backend\n"
+      "  matmul-server --backend=cpu --listen=unix:/run/matmul.sock\n"
+      "  matmul-server --listen=127.0.0.1:50051 --metrics_listen=:9466\n\n"
+      "SIGTERM or SIGINT stops it gracefully: health turns NOT_SERVING, new "
+      "calls are refused, every accepted request is answered, exit 0.");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    std::fprintf(stderr,
+                 "matmul-server: unexpected argument '%s'; see --help\n",
+                 positional[1]);
+    return 2;
+  }
+
+  // Block the stop signals before any thread starts so that only sigwait
+  // below sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  matmul::BackendOptions backend_options;
+  backend_options.kind = absl::GetFlag(FLAGS_backend);
+  backend_options.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  backend_options.tuning_cache = absl::GetFlag(FLAGS_tuning_cache);
+  absl::StatusOr<std::unique_ptr<matmul::GemmBackend>> backend =
+      matmul::CreateBackend(backend_options);
+  if (!backend.ok()) {
+    std::fprintf(stderr, "matmul-server: %s\n",
+                 backend.status().ToString().c_str());
+    return 1;
+  }
+
+  matmul::ServerOptions options;
+  options.listen = AllListenAddresses(argc, argv);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.max_metric_shapes = absl::GetFlag(FLAGS_max_metric_shapes);
+  options.executor.worker_threads = absl::GetFlag(FLAGS_worker_threads);
+  options.executor.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
+  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.limits.max_dimension = absl::GetFlag(FLAGS_max_dimension);
+  absl::StatusOr<std::unique_ptr<matmul::MatmulServer>> server =
+      matmul::MatmulServer::Create(options, *std::move(backend));
+  if (!server.ok()) {
+    std::fprintf(stderr, "matmul-server: %s\n",
+                 server.status().ToString().c_str());
+    return 1;
+  }
+  std::string listening;
+  for (size_t i = 0; i < options.listen.size(); ++i) {
+    int port = (*server)->bound_ports()[i];
+    listening += (i ? ", " : "") + options.listen[i] +
+                 (port > 0 ? " (port " + std::to_string(port) + ")" : "");
+  }
+  std::fprintf(stderr,
+               "matmul-server %s: backend %s, listening on %s, metrics on "
+               "%s\n",
+               MATMUL_VERSION, (*server)->backend().name().c_str(),
+               listening.c_str(),
+               options.metrics_listen.empty()
+                   ? "(disabled)"
+                   : ("http://" + options.metrics_listen + "/metrics").c_str());
+
+  int signal_number = 0;
+  sigwait(&stop_signals, &signal_number);
+  std::fprintf(stderr, "matmul-server: %s received, draining\n",
+               strsignal(signal_number));
+  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  std::fprintf(stderr, "matmul-server: stopped\n");
+  return 0;
+}

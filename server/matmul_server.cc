@@ -1,0 +1,81 @@
+#include "server/matmul_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace matmul {
+
+absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
+    const ServerOptions& options, std::unique_ptr<GemmBackend> backend) {
+  if (options.listen.empty()) {
+    return absl::InvalidArgumentError("no listen address; give --listen");
+  }
+  if (options.limits.max_message_bytes < 1024 ||
+      options.limits.max_message_bytes > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes is ", options.limits.max_message_bytes,
+                     "; expected 1024 to ", INT32_MAX));
+  }
+  std::unique_ptr<MatmulServer> server(new MatmulServer());
+  server->backend_ = std::move(backend);
+  ASSIGN_OR_RETURN(
+      server->metrics_,
+      ServerMetrics::Create(options.metrics_listen, options.max_metric_shapes,
+                            server->backend_->name()));
+  ASSIGN_OR_RETURN(server->executor_, Executor::Create(options.executor));
+  const int max_concurrent =
+      options.executor.worker_threads + options.executor.max_queue_size;
+  server->service_ = std::make_unique<MatmulServiceImpl>(
+      *server->backend_, *server->executor_, *server->metrics_, options.limits,
+      max_concurrent);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  server->bound_ports_.assign(options.listen.size(), 0);
+  for (size_t i = 0; i < options.listen.size(); ++i) {
+    // Unix sockets and loopback use no TLS; TLS for TCP arrives with the
+    // deployment work.
+    int* port = absl::StartsWith(options.listen[i], "unix:")
+                    ? nullptr
+                    : &server->bound_ports_[i];
+    builder.AddListeningPort(options.listen[i],
+                             grpc::InsecureServerCredentials(), port);
+  }
+  builder.SetMaxReceiveMessageSize(
+      static_cast<int>(options.limits.max_message_bytes));
+  builder.SetMaxSendMessageSize(
+      static_cast<int>(options.limits.max_message_bytes));
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", absl::StrJoin(options.listen, ", "),
+        " (address in use, bad address, or no permission for the socket "
+        "path?)"));
+  }
+  server->server_->GetHealthCheckService()->SetServingStatus(true);
+  return server;
+}
+
+MatmulServer::~MatmulServer() { Shutdown(absl::ZeroDuration()); }
+
+void MatmulServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+    // Waits for calls in progress (whose products the executor is still
+    // running) until the deadline, then cancels what remains.
+    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  }
+  if (executor_ != nullptr) executor_->Shutdown();
+  if (server_ != nullptr) server_->Wait();
+}
+
+}  // namespace matmul

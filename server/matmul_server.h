@@ -1,0 +1,66 @@
+// The daemon as a library: backend, executor, metrics, the gRPC server with
+// MatmulService, health (grpc.health.v1) and reflection. main.cc parses
+// flags and signals around it; the tests start it in-process.
+#ifndef MATMUL_SERVER_MATMUL_SERVER_H_
+#define MATMUL_SERVER_MATMUL_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kernels/gemm_backend.h"
+#include "server/executor.h"
+#include "server/matmul_service.h"
+#include "server/metrics.h"
+#include "server/request_validation.h"
+
+namespace matmul {
+
+struct ServerOptions {
+  // gRPC addresses: "unix:/path" or "host:port" (port 0 picks one).
+  std::vector<std::string> listen = {"unix:/tmp/matmul.sock"};
+  // host:port of the Prometheus endpoint; empty serves none.
+  std::string metrics_listen = "127.0.0.1:9466";
+  int max_metric_shapes = 64;
+  ExecutorOptions executor;
+  ValidationLimits limits;
+};
+
+class MatmulServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<MatmulServer>> Create(
+      const ServerOptions& options, std::unique_ptr<GemmBackend> backend);
+  ~MatmulServer();  // Shutdown(absl::ZeroDuration())
+
+  MatmulServer(const MatmulServer&) = delete;
+  MatmulServer& operator=(const MatmulServer&) = delete;
+
+  // Health goes NOT_SERVING, new calls are refused, calls in progress get up
+  // to `grace` to finish (then they are cancelled), queued products run to
+  // completion, and the listeners close. Idempotent.
+  void Shutdown(absl::Duration grace);
+
+  // The TCP ports actually bound, in `listen` order (0 for unix sockets).
+  const std::vector<int>& bound_ports() const { return bound_ports_; }
+  ServerMetrics& metrics() { return *metrics_; }
+  const GemmBackend& backend() const { return *backend_; }
+
+ private:
+  MatmulServer() = default;
+
+  std::unique_ptr<GemmBackend> backend_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<MatmulServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::vector<int> bound_ports_;
+  bool shut_down_ = false;
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_MATMUL_SERVER_H_

@@ -1,0 +1,59 @@
+// The gRPC face of the daemon (callback API): validates each request on the
+// gRPC thread, hands valid ones to the Executor and answers when the product
+// is done. Matmul is unary; MatmulStream multiplexes many requests over one
+// stream and answers each as it completes (any order, matched by
+// request_id; a bad request gets a response with status_code set and the
+// stream goes on).
+#ifndef MATMUL_SERVER_MATMUL_SERVICE_H_
+#define MATMUL_SERVER_MATMUL_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "kernels/gemm_backend.h"
+#include "matmul/v1/matmul.grpc.pb.h"
+#include "server/executor.h"
+#include "server/matmul_runner.h"
+#include "server/metrics.h"
+#include "server/request_validation.h"
+
+namespace matmul {
+
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
+ public:
+  MatmulServiceImpl(GemmBackend& backend, Executor& executor,
+                    ServerMetrics& metrics, const ValidationLimits& limits,
+                    int max_concurrent_requests);
+
+  grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
+                                   const v1::MatmulRequest* request,
+                                   v1::MatmulResponse* response) override;
+
+  grpc::ServerBidiReactor<v1::MatmulRequest, v1::MatmulResponse>* MatmulStream(
+      grpc::CallbackServerContext* context) override;
+
+  grpc::ServerUnaryReactor* GetServerInfo(
+      grpc::CallbackServerContext* context,
+      const v1::GetServerInfoRequest* request,
+      v1::GetServerInfoResponse* response) override;
+
+  // Validates `request` and queues its product; `done` runs exactly once,
+  // on a worker thread or (for rejections) before Submit returns, with the
+  // request's final status. `context` gives deadline and cancellation.
+  void Submit(grpc::CallbackServerContext* context,
+              const v1::MatmulRequest* request, v1::MatmulResponse* response,
+              absl::AnyInvocable<void(absl::Status) &&> done);
+
+ private:
+  GemmBackend& backend_;
+  Executor& executor_;
+  ServerMetrics& metrics_;
+  const ValidationLimits limits_;
+  const int max_concurrent_requests_;
+  MatmulRunner runner_;
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_MATMUL_SERVICE_H_

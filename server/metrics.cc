@@ -1,0 +1,154 @@
+#include "server/metrics.h"
+
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace matmul {
+namespace {
+
+// 20 us .. ~10 s, doubling: covers a decode-sized product on a GPU and a
+// large one on the CPU.
+prometheus::Histogram::BucketBoundaries DurationBuckets() {
+  prometheus::Histogram::BucketBoundaries bounds;
+  for (double b = 20e-6; b < 12.0; b *= 2.0) bounds.push_back(b);
+  return bounds;
+}
+
+constexpr absl::StatusCode kAllCodes[] = {
+    absl::StatusCode::kOk,
+    absl::StatusCode::kCancelled,
+    absl::StatusCode::kUnknown,
+    absl::StatusCode::kInvalidArgument,
+    absl::StatusCode::kDeadlineExceeded,
+    absl::StatusCode::kNotFound,
+    absl::StatusCode::kAlreadyExists,
+    absl::StatusCode::kPermissionDenied,
+    absl::StatusCode::kResourceExhausted,
+    absl::StatusCode::kFailedPrecondition,
+    absl::StatusCode::kAborted,
+    absl::StatusCode::kOutOfRange,
+    absl::StatusCode::kUnimplemented,
+    absl::StatusCode::kInternal,
+    absl::StatusCode::kUnavailable,
+    absl::StatusCode::kDataLoss,
+    absl::StatusCode::kUnauthenticated,
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
+    const std::string& listen, int max_shapes, const std::string& backend) {
+  if (max_shapes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_shapes is ", max_shapes, "; expected >= 1"));
+  }
+  std::unique_ptr<ServerMetrics> metrics(
+      new ServerMetrics(max_shapes, backend));
+  if (!listen.empty()) {
+    try {
+      metrics->exposer_ = std::make_unique<prometheus::Exposer>(listen);
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot serve metrics on ", listen, ": ", e.what(),
+          " (is the port in use? pick another with --metrics_listen)"));
+    }
+    metrics->exposer_->RegisterCollectable(metrics->registry_);
+  }
+  return metrics;
+}
+
+ServerMetrics::ServerMetrics(int max_shapes, const std::string& backend)
+    : max_shapes_(max_shapes),
+      backend_(backend),
+      registry_(std::make_shared<prometheus::Registry>()),
+      requests_family_(
+          prometheus::BuildCounter()
+              .Name("matmul_requests_total")
+              .Help("Matmul requests answered, by gRPC status code")
+              .Register(*registry_)),
+      request_duration_family_(
+          prometheus::BuildHistogram()
+              .Name("matmul_request_duration_seconds")
+              .Help("Time from accepting a matmul request to answering it")
+              .Register(*registry_)),
+      kernel_duration_family_(
+          prometheus::BuildHistogram()
+              .Name("matmul_kernel_duration_seconds")
+              .Help("Compute time of one request's product (GPU kernel time "
+                    "measured with events; the GEMM call on the CPU)")
+              .Register(*registry_)),
+      flops_family_(prometheus::BuildCounter()
+                        .Name("matmul_flops_total")
+                        .Help("Floating-point operations computed (2*M*N*K "
+                              "per matrix); rate()/1e12 gives TFLOPS")
+                        .Register(*registry_)) {
+  queue_duration_ = &prometheus::BuildHistogram()
+                         .Name("matmul_queue_duration_seconds")
+                         .Help("Time a request waited before its product ran")
+                         .Register(*registry_)
+                         .Add({{"backend", backend_}}, DurationBuckets());
+  in_flight_ = &prometheus::BuildGauge()
+                    .Name("matmul_requests_in_flight")
+                    .Help("Matmul requests accepted and not yet answered")
+                    .Register(*registry_)
+                    .Add({{"backend", backend_}});
+  for (absl::StatusCode code : kAllCodes) {
+    requests_by_code_[code] = &requests_family_.Add(
+        {{"code", absl::AsciiStrToLower(absl::StatusCodeToString(code))}});
+  }
+}
+
+ServerMetrics::ShapeSeries& ServerMetrics::SeriesFor(const std::string& shape) {
+  auto it = shapes_.find(shape);
+  if (it != shapes_.end()) return it->second;
+  const bool bounded_out = static_cast<int>(shapes_.size()) >= max_shapes_;
+  const std::string label = bounded_out ? "other" : shape;
+  it = shapes_.find(label);
+  if (it != shapes_.end()) return it->second;
+  ShapeSeries series{
+      &request_duration_family_.Add({{"shape", label}}, DurationBuckets()),
+      &kernel_duration_family_.Add({{"shape", label}}, DurationBuckets())};
+  return shapes_.emplace(label, series).first->second;
+}
+
+prometheus::Counter& ServerMetrics::FlopsFor(const std::string& shape,
+                                             const std::string& kernel) {
+  const std::string key = absl::StrCat(shape, "|", kernel);
+  auto it = flops_.find(key);
+  if (it != flops_.end()) return *it->second;
+  prometheus::Counter* counter = &flops_family_.Add(
+      {{"shape", shape}, {"kernel", kernel}, {"backend", backend_}});
+  flops_.emplace(key, counter);
+  return *counter;
+}
+
+void ServerMetrics::RecordSuccess(const RequestRecord& record) {
+  queue_duration_->Observe(record.queue_seconds);
+  absl::MutexLock lock(&mu_);
+  ShapeSeries& series = SeriesFor(record.shape);
+  series.request_duration->Observe(record.total_seconds);
+  series.kernel_duration->Observe(record.kernel_seconds);
+  // The flops series uses the same bounded shape label as the histograms.
+  const std::string shape =
+      shapes_.contains(record.shape) ? record.shape : "other";
+  FlopsFor(shape, record.kernel).Increment(record.flops);
+}
+
+void ServerMetrics::CountRequest(absl::StatusCode code) {
+  auto it = requests_by_code_.find(code);
+  if (it == requests_by_code_.end()) {
+    it = requests_by_code_.find(absl::StatusCode::kUnknown);
+  }
+  it->second->Increment();
+}
+
+std::string ServerMetrics::Scrape() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, registry_->Collect());
+  return out.str();
+}
+
+}  // namespace matmul

@@ -1,0 +1,92 @@
+// The daemon's Prometheus metrics: one registry, families created once, label
+// sets added once and kept (the hot path only increments and observes).
+// Names are in base units with unit suffixes; TFLOPS come from PromQL:
+//   rate(matmul_flops_total[1m]) / 1e12
+// The `shape` label ("MxNxK:NT", batch appended) is bounded: the first
+// `max_shapes` distinct shapes get their own series, later ones share
+// shape="other".
+#ifndef MATMUL_SERVER_METRICS_H_
+#define MATMUL_SERVER_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace matmul {
+
+// What one answered request contributes.
+struct RequestRecord {
+  std::string shape;
+  std::string kernel;
+  double flops = 0.0;
+  double queue_seconds = 0.0;
+  double kernel_seconds = 0.0;
+  double total_seconds = 0.0;
+};
+
+class ServerMetrics {
+ public:
+  // `listen` is host:port for the /metrics endpoint; empty serves nothing
+  // (the registry is still readable through Scrape()).
+  static absl::StatusOr<std::unique_ptr<ServerMetrics>> Create(
+      const std::string& listen, int max_shapes, const std::string& backend);
+
+  ServerMetrics(const ServerMetrics&) = delete;
+  ServerMetrics& operator=(const ServerMetrics&) = delete;
+
+  // A request answered OK.
+  void RecordSuccess(const RequestRecord& record);
+  // Any request that ended with `code` (OK included): matmul_requests_total.
+  void CountRequest(absl::StatusCode code);
+  void RequestStarted() { in_flight_->Increment(); }
+  void RequestFinished() { in_flight_->Decrement(); }
+
+  // The text exposition format, as /metrics serves it.
+  std::string Scrape() const;
+
+ private:
+  struct ShapeSeries {
+    prometheus::Histogram* request_duration;
+    prometheus::Histogram* kernel_duration;
+  };
+
+  ServerMetrics(int max_shapes, const std::string& backend);
+  ShapeSeries& SeriesFor(const std::string& shape)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  prometheus::Counter& FlopsFor(const std::string& shape,
+                                const std::string& kernel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int max_shapes_;
+  const std::string backend_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+
+  prometheus::Family<prometheus::Counter>& requests_family_;
+  prometheus::Family<prometheus::Histogram>& request_duration_family_;
+  prometheus::Family<prometheus::Histogram>& kernel_duration_family_;
+  prometheus::Family<prometheus::Counter>& flops_family_;
+  prometheus::Histogram* queue_duration_;
+  prometheus::Gauge* in_flight_;
+  std::map<absl::StatusCode, prometheus::Counter*> requests_by_code_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, ShapeSeries> shapes_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, prometheus::Counter*> flops_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_METRICS_H_

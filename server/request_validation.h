@@ -1,0 +1,51 @@
+// Turns a MatmulRequest into a checked GemmProblem description before any
+// work is queued: dtypes, ranks, dimensions, strides, byte lengths, batch
+// broadcast and sizes, all with overflow-safe arithmetic. Every failure is an
+// absl::Status whose message names the operand, what was wrong and what was
+// expected.
+#ifndef MATMUL_SERVER_REQUEST_VALIDATION_H_
+#define MATMUL_SERVER_REQUEST_VALIDATION_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/gemm_problem.h"
+#include "matmul/v1/matmul.pb.h"
+
+namespace matmul {
+
+struct ValidationLimits {
+  int64_t max_dimension = int64_t{1} << 24;  // M, N, K and batch each
+  int64_t max_tensor_bytes = int64_t{4} << 30;
+  int64_t max_message_bytes = int64_t{256} << 20;  // bounds the inline result
+};
+
+// A tensor that passed validation, as stored (before any transpose).
+struct CheckedTensor {
+  DType dtype = DType::kBF16;
+  int64_t batch = 1;  // 1 for rank-2 tensors
+  int64_t rows = 0;
+  int64_t cols = 0;
+  Strides strides;           // elements; batch stride 0 for rank 2 or broadcast
+  int64_t extent_bytes = 0;  // 1 + the largest element offset, in bytes
+};
+
+// A request that passed validation. `problem` has every field but the data
+// pointers set: op(A)/op(B) strides with transposes folded in, and C as the
+// dense [batch, M, N] output the response carries.
+struct MatmulPlan {
+  GemmProblem problem;
+  CheckedTensor a;
+  CheckedTensor b;
+  std::optional<CheckedTensor> c;  // the initial C, when the request has one
+  int64_t output_bytes = 0;
+};
+
+absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
+                                           const ValidationLimits& limits);
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_REQUEST_VALIDATION_H_
