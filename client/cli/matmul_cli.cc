@@ -1,1 +1,552 @@
-int main() { return 0; }
+// matmul-cli: asks a matmul daemon what it is (`info`) or runs a random
+// product through it, timed and optionally checked against the FP64
+// reference (`run`). Exit codes: 0 ok, 1 RPC or check failure, 2 usage.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "client/request_builder.h"
+#include "common/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+ABSL_FLAG(std::string, target, "unix:/tmp/matmul.sock",
+          "Daemon address: unix:/path/to.sock or host:port.");
+ABSL_FLAG(bool, json, false, "Print the result as one JSON object.");
+ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
+          "Deadline of each RPC, e.g. 500ms, 30s, 2m.");
+ABSL_FLAG(std::string, shape, "256x256x256",
+          "run: the product's M, N and K, as MxNxK.");
+ABSL_FLAG(bool, transpose_a, false, "run: send A as [K, M] with transpose_a.");
+ABSL_FLAG(bool, transpose_b, false,
+          "run: send B as [N, K] with transpose_b (PyTorch nn.Linear).");
+ABSL_FLAG(int64_t, batch, 0,
+          "run: leading batch dimension; 0 sends rank-2 operands.");
+ABSL_FLAG(bool, broadcast_a, false,
+          "run: with --batch, send one A for the whole batch (stride 0).");
+ABSL_FLAG(bool, broadcast_b, false,
+          "run: with --batch, send one B for the whole batch (stride 0).");
+ABSL_FLAG(float, alpha, 1.0f, "run: C = alpha * op(A) op(B) + beta * C.");
+ABSL_FLAG(float, beta, 0.0f,
+          "run: nonzero sends a random initial C in the output dtype.");
+ABSL_FLAG(std::string, out_dtype, "bf16", "run: output dtype, bf16 or fp32.");
+ABSL_FLAG(int64_t, iterations, 1,
+          "run: products to time (the same request each time); with more "
+          "than one, min and median latency are reported.");
+ABSL_FLAG(bool, check, false,
+          "run: compare the first result with the local FP64 reference and "
+          "exit 1 when the relative error reaches --tolerance. The reference "
+          "is a plain triple loop: seconds for 1024^3, minutes beyond.");
+ABSL_FLAG(double, tolerance, 1e-2, "run: --check's relative error bound.");
+ABSL_FLAG(uint64_t, seed, 1, "run: seed of the random operands.");
+
+namespace matmul::cli {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+constexpr char kUsage[] = R"(a command-line client for the matmul daemon.
+
+Usage:
+  matmul-cli info [--target=ADDR] [--json]
+  matmul-cli run  [--target=ADDR] [--shape=MxNxK] [--transpose_a]
+                  [--transpose_b] [--batch=N [--broadcast_a] [--broadcast_b]]
+                  [--alpha=F] [--beta=F] [--out_dtype=bf16|fp32]
+                  [--iterations=N] [--check [--tolerance=F]] [--seed=S]
+                  [--timeout=DURATION] [--json]
+
+Subcommands:
+  info  Prints the daemon's version, backend, devices, limits and dtypes
+        (GetServerInfo).
+  run   Sends a product of random BF16 operands and prints the wall-clock
+        latency around the RPC, GFLOP/s, the server's own queue/kernel/total
+        times, and the backend and kernel that ran. --check recomputes it
+        with the FP64 reference and prints the relative error and PASS/FAIL.
+
+ADDR is unix:/path/to.sock (default unix:/tmp/matmul.sock) or host:port.
+
+Examples:
+  matmul-cli info --json
+  matmul-cli run --shape=127x255x63 --check
+  matmul-cli run --shape=4096x4096x4096 --transpose_b --iterations=20
+
+Exit codes: 0 ok, 1 RPC failure or --check mismatch, 2 usage error.)";
+
+// Everything `run` needs, read from the flags once and validated.
+struct RunOptions {
+  std::string target;
+  absl::Duration timeout;
+  ProblemSpec spec;
+  int64_t iterations = 1;
+  bool check = false;
+  double tolerance = 1e-2;
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+absl::StatusOr<RunOptions> RunOptionsFromFlags() {
+  RunOptions options;
+  options.target = absl::GetFlag(FLAGS_target);
+  options.timeout = absl::GetFlag(FLAGS_timeout);
+  options.json = absl::GetFlag(FLAGS_json);
+  ASSIGN_OR_RETURN(GemmShape shape, ParseGemmShape(absl::GetFlag(FLAGS_shape)));
+  absl::StatusOr<DType> out_dtype = ParseDType(absl::GetFlag(FLAGS_out_dtype));
+  if (!out_dtype.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--out_dtype: ", out_dtype.status().message()));
+  }
+  options.spec = ProblemSpec{
+      .m = shape.m,
+      .n = shape.n,
+      .k = shape.k,
+      .batch = absl::GetFlag(FLAGS_batch),
+      .transpose_a = absl::GetFlag(FLAGS_transpose_a),
+      .transpose_b = absl::GetFlag(FLAGS_transpose_b),
+      .alpha = absl::GetFlag(FLAGS_alpha),
+      .beta = absl::GetFlag(FLAGS_beta),
+      .out_dtype = *out_dtype,
+      .broadcast_a = absl::GetFlag(FLAGS_broadcast_a),
+      .broadcast_b = absl::GetFlag(FLAGS_broadcast_b),
+  };
+  if (options.spec.batch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--batch must be >= 0, got ", options.spec.batch));
+  }
+  if ((options.spec.broadcast_a || options.spec.broadcast_b) &&
+      options.spec.batch == 0) {
+    return absl::InvalidArgumentError(
+        "--broadcast_a and --broadcast_b need --batch >= 1");
+  }
+  options.iterations = absl::GetFlag(FLAGS_iterations);
+  if (options.iterations < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--iterations must be >= 1, got ", options.iterations));
+  }
+  options.check = absl::GetFlag(FLAGS_check);
+  options.tolerance = absl::GetFlag(FLAGS_tolerance);
+  if (!(options.tolerance > 0)) {
+    return absl::InvalidArgumentError("--tolerance must be positive");
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--timeout must be positive");
+  }
+  options.seed = absl::GetFlag(FLAGS_seed);
+  return options;
+}
+
+// absl::ParseCommandLine exits 1 on an unknown flag or a malformed value;
+// this CLI promises 2 for every usage error, so check both first. Accepts
+// --name=value, --name value, --bool_flag and --nobool_flag.
+absl::Status CheckFlagSyntax(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || !absl::ConsumePrefix(&arg, "-")) continue;
+    absl::ConsumePrefix(&arg, "-");
+    const size_t equals = arg.find('=');
+    const bool has_value = equals != absl::string_view::npos;
+    absl::string_view name = arg.substr(0, equals);
+    std::string value(has_value ? arg.substr(equals + 1) : "");
+
+    // absl handles these before (and without) registering them as flags.
+    if (name == "helpfull" || name == "helppackage" || name == "helpon" ||
+        name == "helpmatch" || name == "version" || name == "only_check_args") {
+      continue;
+    }
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    bool negated = false;
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      flag = absl::FindCommandLineFlag(name.substr(2));
+      negated = flag != nullptr;
+      if (negated && !flag->IsOfType<bool>()) flag = nullptr;
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+    if (negated) {
+      if (has_value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " takes no value"));
+      }
+      continue;
+    }
+    if (!has_value) {
+      if (flag->IsOfType<bool>()) continue;
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " needs a value"));
+      }
+      value = argv[++i];
+    }
+    // Flags that absl interprets itself (--flagfile, --help=substring...)
+    // are left to it; for ours, parse the value now to catch mistakes. The
+    // value set here is set again, identically, by ParseCommandLine.
+    if (!absl::StrContains(flag->Filename(), "matmul_cli")) continue;
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad value \"", value, "\" for --", name, ": ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool IsHelpRequest(absl::string_view arg) {
+  return arg == "help" || arg == "-h" || arg == "-help" || arg == "--help" ||
+         arg == "-helpshort" || arg == "--helpshort";
+}
+
+// The usage message and this program's flags, sorted, with their defaults.
+// absl's own --help would exit 1 and list its internal flags as well.
+void PrintHelp() {
+  std::cout << "matmul-cli: " << kUsage << "\n\nFlags:\n";
+  std::vector<const absl::CommandLineFlag*> flags;
+  for (const auto& [name, flag] : absl::GetAllFlags()) {
+    if (absl::StrContains(flag->Filename(), "matmul_cli")) {
+      flags.push_back(flag);
+    }
+  }
+  std::sort(flags.begin(), flags.end(),
+            [](const auto* a, const auto* b) { return a->Name() < b->Name(); });
+  for (const absl::CommandLineFlag* flag : flags) {
+    std::cout << absl::StreamFormat(
+        "  --%s (default %s)\n      %s\n", flag->Name(),
+        flag->DefaultValue().empty() ? "\"\"" : flag->DefaultValue(),
+        flag->Help());
+  }
+}
+
+int UsageError(absl::string_view message) {
+  std::cerr << "matmul-cli: " << message
+            << "\nRun 'matmul-cli --help' for usage.\n";
+  return kExitUsage;
+}
+
+int RpcError(absl::string_view what, const absl::Status& status,
+             absl::string_view target) {
+  std::cerr << "matmul-cli: " << what << " failed: " << status;
+  if (status.code() == absl::StatusCode::kUnavailable) {
+    std::cerr << " (is matmul-server listening on " << target << "?)";
+  }
+  std::cerr << "\n";
+  return kExitFailure;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  // Printing a well-formed message cannot fail; an empty object if it did.
+  if (!google::protobuf::util::MessageToJsonString(message, &json, options)
+           .ok()) {
+    return "{}\n";
+  }
+  return json;
+}
+
+std::string DTypeList(const google::protobuf::RepeatedField<int>& dtypes) {
+  std::vector<std::string> names;
+  for (int dtype : dtypes) {
+    absl::StatusOr<DType> known = FromProtoDType(static_cast<v1::DType>(dtype));
+    names.push_back(known.ok() ? DTypeName(*known)
+                               : v1::DType_Name(static_cast<v1::DType>(dtype)));
+  }
+  return names.empty() ? "-" : absl::StrJoin(names, ", ");
+}
+
+std::string Bytes(int64_t bytes) {
+  if (bytes >= (int64_t{1} << 30)) {
+    return absl::StrFormat("%.1f GiB", bytes / double(int64_t{1} << 30));
+  }
+  if (bytes >= (int64_t{1} << 20)) {
+    return absl::StrFormat("%.1f MiB", bytes / double(int64_t{1} << 20));
+  }
+  return absl::StrCat(bytes, " B");
+}
+
+int RunInfo(absl::string_view target, absl::Duration timeout, bool json) {
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Create(std::string(target));
+  if (!client.ok()) return UsageError(client.status().message());
+  absl::StatusOr<v1::GetServerInfoResponse> info =
+      (*client)->GetServerInfo(timeout);
+  if (!info.ok()) return RpcError("GetServerInfo", info.status(), target);
+  if (json) {
+    std::cout << ToJson(*info);
+    return kExitOk;
+  }
+  std::cout << absl::StreamFormat("target:   %s\n", target)
+            << absl::StreamFormat("version:  %s\n", info->version())
+            << absl::StreamFormat("backend:  %s\n", info->backend())
+            << "devices:\n";
+  for (int i = 0; i < info->devices_size(); ++i) {
+    const v1::Device& device = info->devices(i);
+    std::cout << absl::StreamFormat(
+        "  [%d] %s: %s, %d %s, %s memory\n", i, device.name(),
+        device.compute_capability().empty()
+            ? "CPU"
+            : absl::StrCat("compute capability ", device.compute_capability()),
+        device.multiprocessors(),
+        device.compute_capability().empty() ? "cores" : "SMs",
+        Bytes(device.memory_bytes()));
+  }
+  if (info->devices_size() == 0) std::cout << "  (none reported)\n";
+  const v1::Limits& limits = info->limits();
+  std::cout << "limits:\n"
+            << absl::StreamFormat("  max_message_bytes:       %d (%s)\n",
+                                  limits.max_message_bytes(),
+                                  Bytes(limits.max_message_bytes()))
+            << absl::StreamFormat("  max_dimension:           %d\n",
+                                  limits.max_dimension())
+            << absl::StreamFormat("  max_tensor_bytes:        %d (%s)\n",
+                                  limits.max_tensor_bytes(),
+                                  Bytes(limits.max_tensor_bytes()))
+            << absl::StreamFormat("  max_concurrent_requests: %d\n",
+                                  limits.max_concurrent_requests())
+            << absl::StreamFormat("input dtypes:  %s\n",
+                                  DTypeList(info->supported_input_dtypes()))
+            << absl::StreamFormat("output dtypes: %s\n",
+                                  DTypeList(info->supported_output_dtypes()));
+  return kExitOk;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 == 1 ? values[mid]
+                                : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+// What `run` measured, for the text and JSON reports.
+struct RunReport {
+  std::vector<double> latency_seconds;  // wall clock around each RPC
+  std::vector<double> queue_seconds;    // server-side, per response
+  std::vector<double> kernel_seconds;
+  std::vector<double> total_seconds;
+  v1::MatmulResponse last_response;  // backend, kernel, batch_size
+  bool checked = false;
+  double relative_error = 0.0;
+  bool passed = true;
+};
+
+void PrintRunText(const RunOptions& options, const RunReport& report) {
+  const ProblemSpec& spec = options.spec;
+  const double median_latency = Median(report.latency_seconds);
+  const double min_latency = *std::min_element(report.latency_seconds.begin(),
+                                               report.latency_seconds.end());
+  std::cout << absl::StreamFormat(
+      "product:    %s (batch %d, alpha %g, beta %g, %s out)\n",
+      ProblemSpecName({.m = spec.m,
+                       .n = spec.n,
+                       .k = spec.k,
+                       .batch = spec.batch,
+                       .transpose_a = spec.transpose_a,
+                       .transpose_b = spec.transpose_b,
+                       .broadcast_a = spec.broadcast_a,
+                       .broadcast_b = spec.broadcast_b}),
+      spec.effective_batch(), *spec.alpha, *spec.beta,
+      DTypeName(spec.resolved_out_dtype()));
+  std::cout << absl::StreamFormat("target:     %s\n", options.target);
+  if (report.latency_seconds.size() == 1) {
+    std::cout << absl::StreamFormat("latency:    %.3f ms (wall clock)\n",
+                                    median_latency * 1e3);
+  } else {
+    std::cout << absl::StreamFormat(
+        "latency:    min %.3f ms, median %.3f ms over %d iterations (wall "
+        "clock)\n",
+        min_latency * 1e3, median_latency * 1e3, report.latency_seconds.size());
+  }
+  std::cout << absl::StreamFormat(
+      "throughput: %.2f GFLOP/s%s\n", spec.flops() / median_latency / 1e9,
+      report.latency_seconds.size() > 1 ? " (at the median latency)" : "");
+  std::cout << absl::StreamFormat(
+      "server:     queue %.3f ms, kernel %.3f ms, total %.3f ms%s\n",
+      Median(report.queue_seconds) * 1e3, Median(report.kernel_seconds) * 1e3,
+      Median(report.total_seconds) * 1e3,
+      report.latency_seconds.size() > 1 ? " (medians)" : "");
+  std::cout << absl::StreamFormat("backend:    %s, kernel %s, batch_size %d\n",
+                                  report.last_response.backend(),
+                                  report.last_response.kernel(),
+                                  report.last_response.batch_size());
+  if (report.checked) {
+    std::cout << absl::StreamFormat(
+        "check:      relative error %.3e (tolerance %.1e) %s\n",
+        report.relative_error, options.tolerance,
+        report.passed ? "PASS" : "FAIL");
+  }
+}
+
+void PrintRunJson(const RunOptions& options, const RunReport& report) {
+  const ProblemSpec& spec = options.spec;
+  using google::protobuf::Struct;
+  using google::protobuf::Value;
+  auto number = [](double v) {
+    Value value;
+    value.set_number_value(v);
+    return value;
+  };
+  auto text = [](absl::string_view v) {
+    Value value;
+    value.set_string_value(std::string(v));
+    return value;
+  };
+  auto boolean = [](bool v) {
+    Value value;
+    value.set_bool_value(v);
+    return value;
+  };
+  Struct root;
+  auto& fields = *root.mutable_fields();
+  fields["target"] = text(options.target);
+  fields["m"] = number(spec.m);
+  fields["n"] = number(spec.n);
+  fields["k"] = number(spec.k);
+  fields["batch"] = number(spec.effective_batch());
+  fields["transpose_a"] = boolean(spec.transpose_a);
+  fields["transpose_b"] = boolean(spec.transpose_b);
+  fields["broadcast_a"] = boolean(spec.broadcast_a);
+  fields["broadcast_b"] = boolean(spec.broadcast_b);
+  fields["alpha"] = number(*spec.alpha);
+  fields["beta"] = number(*spec.beta);
+  fields["out_dtype"] = text(DTypeName(spec.resolved_out_dtype()));
+  fields["iterations"] = number(report.latency_seconds.size());
+  const double median_latency = Median(report.latency_seconds);
+  fields["latency_ms_min"] =
+      number(*std::min_element(report.latency_seconds.begin(),
+                               report.latency_seconds.end()) *
+             1e3);
+  fields["latency_ms_median"] = number(median_latency * 1e3);
+  fields["gflops"] = number(spec.flops() / median_latency / 1e9);
+  fields["server_queue_ms"] = number(Median(report.queue_seconds) * 1e3);
+  fields["server_kernel_ms"] = number(Median(report.kernel_seconds) * 1e3);
+  fields["server_total_ms"] = number(Median(report.total_seconds) * 1e3);
+  fields["backend"] = text(report.last_response.backend());
+  fields["kernel"] = text(report.last_response.kernel());
+  fields["batch_size"] = number(report.last_response.batch_size());
+  if (report.checked) {
+    fields["relative_error"] = number(report.relative_error);
+    fields["tolerance"] = number(options.tolerance);
+    fields["check"] = text(report.passed ? "PASS" : "FAIL");
+  }
+  std::cout << ToJson(root);
+}
+
+int RunProduct(const RunOptions& options) {
+  std::mt19937_64 rng(options.seed);
+  absl::StatusOr<v1::MatmulRequest> request =
+      MakeRandomRequest(options.spec, rng);
+  if (!request.ok()) return UsageError(request.status().message());
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Create(options.target, {.default_timeout = options.timeout});
+  if (!client.ok()) return UsageError(client.status().message());
+
+  RunReport report;
+  for (int64_t i = 0; i < options.iterations; ++i) {
+    request->set_request_id(static_cast<uint64_t>(i + 1));
+    const absl::Time start = absl::Now();
+    absl::StatusOr<v1::MatmulResponse> response =
+        (*client)->Matmul(*request, options.timeout);
+    const absl::Duration latency = absl::Now() - start;
+    if (!response.ok()) {
+      return RpcError("Matmul", response.status(), options.target);
+    }
+    report.latency_seconds.push_back(absl::ToDoubleSeconds(latency));
+    report.queue_seconds.push_back(response->timing().queue_seconds());
+    report.kernel_seconds.push_back(response->timing().kernel_seconds());
+    report.total_seconds.push_back(response->timing().total_seconds());
+    if (options.check && i == 0) {
+      absl::StatusOr<double> error = CheckResponse(*request, *response);
+      if (!error.ok()) {
+        std::cerr << "matmul-cli: check failed: " << error.status() << "\n";
+        return kExitFailure;
+      }
+      report.checked = true;
+      report.relative_error = *error;
+      // NaN compares false: a NaN error fails too.
+      report.passed = *error < options.tolerance;
+    }
+    report.last_response = *std::move(response);
+  }
+  if (options.json) {
+    PrintRunJson(options, report);
+  } else {
+    PrintRunText(options, report);
+  }
+  return report.passed ? kExitOk : kExitFailure;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  // --helpfull and friends (handled by absl) list this file's flags only.
+  absl::FlagsUsageConfig usage_config;
+  usage_config.contains_help_flags = [](absl::string_view filename) {
+    return absl::StrContains(filename, "matmul_cli");
+  };
+  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage_config);
+
+  for (int i = 1; i < argc; ++i) {
+    if (absl::string_view(argv[i]) == "--") break;
+    if (IsHelpRequest(argv[i])) {
+      PrintHelp();
+      return kExitOk;
+    }
+  }
+  if (absl::Status syntax = CheckFlagSyntax(argc, argv); !syntax.ok()) {
+    return UsageError(syntax.message());
+  }
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() < 2) {
+    return UsageError("missing subcommand; expected 'info' or 'run'");
+  }
+  if (positional.size() > 2) {
+    return UsageError(absl::StrCat("unexpected argument '", positional[2],
+                                   "' after the subcommand"));
+  }
+  const absl::string_view subcommand = positional[1];
+  if (subcommand == "info") {
+    const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+    if (timeout <= absl::ZeroDuration()) {
+      return UsageError("--timeout must be positive");
+    }
+    return RunInfo(absl::GetFlag(FLAGS_target), timeout,
+                   absl::GetFlag(FLAGS_json));
+  }
+  if (subcommand == "run") {
+    absl::StatusOr<RunOptions> options = RunOptionsFromFlags();
+    if (!options.ok()) return UsageError(options.status().message());
+    return RunProduct(*options);
+  }
+  return UsageError(absl::StrCat("unknown subcommand '", subcommand,
+                                 "'; expected 'info' or 'run'"));
+}
+
+}  // namespace
+}  // namespace matmul::cli
+
+int main(int argc, char** argv) { return matmul::cli::Main(argc, argv); }
