@@ -1,0 +1,425 @@
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_ops.h"
+
+namespace matmul {
+namespace {
+
+using cuda::CudaStatus;
+using cuda::DeviceBuffer;
+using cuda::StreamBuffer;
+
+enum class Layout { kRowMajor, kColMajor, kStrided };
+
+// How an operand's memory can be handed to a kernel: row-major (unit column
+// stride), column-major (unit row stride), or neither (packed first).
+struct Classified {
+  Layout layout;
+  int64_t ld;  // leading dimension for the first two
+};
+
+Classified Classify(const Strides& s, int64_t rows, int64_t cols) {
+  const bool row_ok = (cols == 1 || s.col == 1) && (rows == 1 || s.row >= cols);
+  const bool col_ok = (rows == 1 || s.row == 1) && (cols == 1 || s.col >= rows);
+  // With one row or column both views hold; prefer the one the strides
+  // literally say, so the selector key matches the caller's intent.
+  if (row_ok && (s.col == 1 || !col_ok)) {
+    return {Layout::kRowMajor, rows == 1 ? cols : s.row};
+  }
+  if (col_ok) return {Layout::kColMajor, cols == 1 ? rows : s.col};
+  return {Layout::kStrided, 0};
+}
+
+// Strides a kernel sees for a classified operand (batch stride kept).
+Strides Normalized(const Classified& c, int64_t batch_stride) {
+  if (c.layout == Layout::kColMajor) return {batch_stride, 1, c.ld};
+  return {batch_stride, c.ld, 1};
+}
+
+// Strides of a dense copy in the given layout.
+Strides Dense(Layout layout, int64_t rows, int64_t cols, bool broadcast) {
+  const int64_t batch = broadcast ? 0 : rows * cols;
+  if (layout == Layout::kColMajor) return {batch, 1, rows};
+  return {batch, cols, 1};
+}
+
+bool MulOverflows(int64_t a, int64_t b, int64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+const char* EntryPointer(const void* data, const void* const* pointers,
+                         int64_t batch_stride, int64_t b, size_t element) {
+  if (pointers != nullptr) return static_cast<const char*>(pointers[b]);
+  return static_cast<const char*>(data) +
+         b * batch_stride * static_cast<int64_t>(element);
+}
+
+// Copies entry by entry from host memory into a dense device copy in
+// `layout` (row-major for a strided source, which is packed on the host).
+absl::Status StageIn(const void* data, const void* const* pointers,
+                     const Strides& strides, const Classified& c, int64_t rows,
+                     int64_t cols, int64_t entries, size_t element,
+                     char* device, cudaStream_t stream,
+                     std::vector<char>& pack) {
+  const size_t matrix_bytes = rows * cols * element;
+  for (int64_t b = 0; b < entries; ++b) {
+    const char* src = EntryPointer(data, pointers, strides.batch, b, element);
+    char* dst = device + b * matrix_bytes;
+    switch (c.layout) {
+      case Layout::kRowMajor:
+        RETURN_IF_ERROR(
+            CudaStatus(cudaMemcpy2DAsync(dst, cols * element, src,
+                                         c.ld * element, cols * element, rows,
+                                         cudaMemcpyHostToDevice, stream),
+                       "cudaMemcpy2DAsync(host to device)"));
+        break;
+      case Layout::kColMajor:
+        RETURN_IF_ERROR(
+            CudaStatus(cudaMemcpy2DAsync(dst, rows * element, src,
+                                         c.ld * element, rows * element, cols,
+                                         cudaMemcpyHostToDevice, stream),
+                       "cudaMemcpy2DAsync(host to device)"));
+        break;
+      case Layout::kStrided:
+        pack.resize(matrix_bytes);
+        for (int64_t i = 0; i < rows; ++i) {
+          for (int64_t j = 0; j < cols; ++j) {
+            std::memcpy(&pack[(i * cols + j) * element],
+                        src + (i * strides.row + j * strides.col) * element,
+                        element);
+          }
+        }
+        // From pageable memory the call returns once `pack` has been
+        // consumed, so it may be refilled for the next entry.
+        RETURN_IF_ERROR(
+            CudaStatus(cudaMemcpyAsync(dst, pack.data(), matrix_bytes,
+                                       cudaMemcpyHostToDevice, stream),
+                       "cudaMemcpyAsync(host to device)"));
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StageOut(const GemmProblem& p, const Classified& c,
+                      const char* device, cudaStream_t stream,
+                      std::vector<char>& pack) {
+  const size_t element = DTypeSize(p.c_dtype);
+  const size_t matrix_bytes = p.m * p.n * element;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    char* dst = const_cast<char*>(
+        EntryPointer(p.c.data, const_cast<const void* const*>(p.c.pointers),
+                     p.c.strides.batch, b, element));
+    const char* src = device + b * matrix_bytes;
+    switch (c.layout) {
+      case Layout::kRowMajor:
+        RETURN_IF_ERROR(
+            CudaStatus(cudaMemcpy2DAsync(dst, c.ld * element, src,
+                                         p.n * element, p.n * element, p.m,
+                                         cudaMemcpyDeviceToHost, stream),
+                       "cudaMemcpy2DAsync(device to host)"));
+        break;
+      case Layout::kColMajor:
+        RETURN_IF_ERROR(
+            CudaStatus(cudaMemcpy2DAsync(dst, c.ld * element, src,
+                                         p.m * element, p.m * element, p.n,
+                                         cudaMemcpyDeviceToHost, stream),
+                       "cudaMemcpy2DAsync(device to host)"));
+        break;
+      case Layout::kStrided:
+        pack.resize(matrix_bytes);
+        RETURN_IF_ERROR(
+            CudaStatus(cudaMemcpyAsync(pack.data(), src, matrix_bytes,
+                                       cudaMemcpyDeviceToHost, stream),
+                       "cudaMemcpyAsync(device to host)"));
+        RETURN_IF_ERROR(
+            CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+        for (int64_t i = 0; i < p.m; ++i) {
+          for (int64_t j = 0; j < p.n; ++j) {
+            std::memcpy(
+                dst + (i * p.c.strides.row + j * p.c.strides.col) * element,
+                &pack[(i * p.n + j) * element], element);
+          }
+        }
+        break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the error so later calls start clean
+    return 0;
+  }
+  return count;
+}
+
+absl::Status ValidateForCuda(const GemmProblem& p) {
+  if (p.batch < 1 || p.m < 1 || p.n < 1 || p.k < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch, m, n and k must be >= 1; got batch ", p.batch,
+                     ", m ", p.m, ", n ", p.n, ", k ", p.k));
+  }
+  int64_t product = 0;
+  if (MulOverflows(p.m, p.k, &product) ||
+      MulOverflows(product, p.batch, &product) ||
+      MulOverflows(p.k, p.n, &product) ||
+      MulOverflows(product, p.batch, &product) ||
+      MulOverflows(p.m, p.n, &product) ||
+      MulOverflows(product, p.batch, &product) ||
+      MulOverflows(product, 4, &product)) {
+    return absl::InvalidArgumentError("problem size overflows int64");
+  }
+  struct Operand {
+    const char* name;
+    const void* data;
+    const void* pointers;
+    Strides strides;
+  };
+  const Operand operands[] = {{"A", p.a.data, p.a.pointers, p.a.strides},
+                              {"B", p.b.data, p.b.pointers, p.b.strides},
+                              {"C", p.c.data, p.c.pointers, p.c.strides}};
+  for (const Operand& x : operands) {
+    if (x.data == nullptr && x.pointers == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("operand ", x.name, " has no data pointer"));
+    }
+    if (x.strides.batch < 0 || x.strides.row < 0 || x.strides.col < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "operand ", x.name, " has a negative stride (batch ", x.strides.batch,
+          ", row ", x.strides.row, ", col ", x.strides.col, ")"));
+    }
+  }
+  if (p.batch > 1 && p.c.pointers == nullptr && p.c.strides.batch == 0) {
+    return absl::InvalidArgumentError(
+        "output C cannot have batch stride 0 (every batch entry would write "
+        "the same matrix)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    const CudaBackendOptions& options) {
+  const int count = CudaDeviceCount();
+  if (count == 0) {
+    return absl::UnavailableError("no CUDA device or driver available");
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", options.device, " does not exist (", count,
+                     " present)"));
+  }
+  ASSIGN_OR_RETURN(cuda::ScopedDevice scoped,
+                   cuda::ScopedDevice::Create(options.device));
+  cudaDeviceProp prop;
+  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, options.device),
+                             "cudaGetDeviceProperties"));
+  DeviceInfo info;
+  info.name = prop.name;
+  info.compute_capability = absl::StrCat(prop.major, ".", prop.minor);
+  info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  info.multiprocessors = prop.multiProcessorCount;
+
+  cuda::SelectorOptions selector_options;
+  selector_options.device = options.device;
+  selector_options.cache_path = options.tuning_cache_path;
+  selector_options.background_tuning = options.background_tuning;
+  selector_options.max_shared_bytes = options.max_shared_bytes;
+  ASSIGN_OR_RETURN(std::unique_ptr<cuda::GemmSelector> selector,
+                   cuda::GemmSelector::Create(selector_options));
+  ASSIGN_OR_RETURN(cuda::CudaStream stream, cuda::CudaStream::Create());
+  ASSIGN_OR_RETURN(cuda::CudaEvent start, cuda::CudaEvent::Create());
+  ASSIGN_OR_RETURN(cuda::CudaEvent stop, cuda::CudaEvent::Create());
+  return std::unique_ptr<CudaBackend>(
+      new CudaBackend(options, std::move(info), std::move(selector),
+                      std::move(stream), std::move(start), std::move(stop)));
+}
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
+                         std::unique_ptr<cuda::GemmSelector> selector,
+                         cuda::CudaStream stream, cuda::CudaEvent start,
+                         cuda::CudaEvent stop)
+    : options_(options),
+      info_(std::move(info)),
+      selector_(std::move(selector)),
+      stream_(std::move(stream)),
+      start_(std::move(start)),
+      stop_(std::move(stop)) {}
+
+CudaBackend::~CudaBackend() {
+  // Stop background tuning before the buffers and stream go away.
+  selector_.reset();
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
+                                                  cudaStream_t stream) {
+  RETURN_IF_ERROR(start_.Record(stream));
+  ASSIGN_OR_RETURN(cuda::KernelChoice choice,
+                   selector_->Run(problem, stream, workspace_));
+  RETURN_IF_ERROR(stop_.Record(stream));
+  RETURN_IF_ERROR(stop_.Synchronize());
+  GemmRunInfo info;
+  info.kernel = choice.name;
+  ASSIGN_OR_RETURN(info.kernel_seconds,
+                   cuda::CudaEvent::ElapsedSeconds(start_, stop_));
+  return info;
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
+  RETURN_IF_ERROR(ValidateForCuda(p));
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(cuda::ScopedDevice scoped,
+                   cuda::ScopedDevice::Create(options_.device));
+  cudaStream_t stream = stream_.get();
+  const Classified ca = Classify(p.a.strides, p.m, p.k);
+  const Classified cb = Classify(p.b.strides, p.k, p.n);
+  const Classified cc = Classify(p.c.strides, p.m, p.n);
+  const bool a_broadcast =
+      p.batch > 1 && p.a.pointers == nullptr && p.a.strides.batch == 0;
+  const bool b_broadcast =
+      p.batch > 1 && p.b.pointers == nullptr && p.b.strides.batch == 0;
+  const int64_t a_entries = a_broadcast ? 1 : p.batch;
+  const int64_t b_entries = b_broadcast ? 1 : p.batch;
+  const size_t c_element = DTypeSize(p.c_dtype);
+  RETURN_IF_ERROR(a_buffer_.Reserve(a_entries * p.m * p.k * 2));
+  RETURN_IF_ERROR(b_buffer_.Reserve(b_entries * p.k * p.n * 2));
+  RETURN_IF_ERROR(c_buffer_.Reserve(p.batch * p.m * p.n * c_element));
+
+  // Dense device copies keep a row- or column-major source's layout (a
+  // transposed operand stays transposed: the kernels take either); a
+  // strided source becomes row-major.
+  auto device_layout = [](const Classified& c) {
+    return c.layout == Layout::kColMajor ? Layout::kColMajor
+                                         : Layout::kRowMajor;
+  };
+  GemmProblem d = p;
+  d.a.pointers = nullptr;
+  d.b.pointers = nullptr;
+  d.c.pointers = nullptr;
+  d.a.data = a_buffer_.data();
+  d.b.data = b_buffer_.data();
+  d.c.data = c_buffer_.data();
+  d.a.strides = Dense(device_layout(ca), p.m, p.k, a_broadcast);
+  d.b.strides = Dense(device_layout(cb), p.k, p.n, b_broadcast);
+  d.c.strides = Dense(device_layout(cc), p.m, p.n, false);
+
+  std::vector<char> pack;
+  RETURN_IF_ERROR(StageIn(p.a.data, p.a.pointers, p.a.strides, ca, p.m, p.k,
+                          a_entries, 2, static_cast<char*>(a_buffer_.data()),
+                          stream, pack));
+  RETURN_IF_ERROR(StageIn(p.b.data, p.b.pointers, p.b.strides, cb, p.k, p.n,
+                          b_entries, 2, static_cast<char*>(b_buffer_.data()),
+                          stream, pack));
+  if (p.beta != 0.0f) {
+    RETURN_IF_ERROR(
+        StageIn(p.c.data, const_cast<const void* const*>(p.c.pointers),
+                p.c.strides, cc, p.m, p.n, p.batch, c_element,
+                static_cast<char*>(c_buffer_.data()), stream, pack));
+  }
+  ASSIGN_OR_RETURN(GemmRunInfo info, RunTimed(d, stream));
+  RETURN_IF_ERROR(StageOut(p, cc, static_cast<const char*>(c_buffer_.data()),
+                           stream, pack));
+  RETURN_IF_ERROR(stream_.Synchronize());
+  return info;
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p,
+                                                   cudaStream_t stream) {
+  RETURN_IF_ERROR(ValidateForCuda(p));
+  std::lock_guard<std::mutex> lock(mu_);
+  ASSIGN_OR_RETURN(cuda::ScopedDevice scoped,
+                   cuda::ScopedDevice::Create(options_.device));
+  return RunDeviceLocked(p, stream != nullptr ? stream : stream_.get());
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceLocked(const GemmProblem& p,
+                                                         cudaStream_t stream) {
+  const Classified ca = Classify(p.a.strides, p.m, p.k);
+  const Classified cb = Classify(p.b.strides, p.k, p.n);
+  const Classified cc = Classify(p.c.strides, p.m, p.n);
+  // Pointer arrays pass through only when all three matrices use them (the
+  // kernels' pointer-array mode); otherwise such operands are gathered.
+  const bool all_pointers = p.a.pointers != nullptr &&
+                            p.b.pointers != nullptr && p.c.pointers != nullptr;
+  const bool gather_a = ca.layout == Layout::kStrided ||
+                        (p.a.pointers != nullptr && !all_pointers);
+  const bool gather_b = cb.layout == Layout::kStrided ||
+                        (p.b.pointers != nullptr && !all_pointers);
+  const bool gather_c = cc.layout == Layout::kStrided ||
+                        (p.c.pointers != nullptr && !all_pointers);
+
+  GemmProblem d = p;
+  StreamBuffer a_tmp, b_tmp, c_tmp;
+  auto prepare_input =
+      [&](const InputMatrix& in, const Classified& c, bool gather, int64_t rows,
+          int64_t cols, InputMatrix& out, StreamBuffer& tmp) -> absl::Status {
+    const bool broadcast =
+        p.batch > 1 && in.pointers == nullptr && in.strides.batch == 0;
+    if (!gather) {
+      out.strides = Normalized(c, in.strides.batch);
+      return absl::OkStatus();
+    }
+    const int64_t entries = broadcast ? 1 : p.batch;
+    ASSIGN_OR_RETURN(tmp,
+                     StreamBuffer::Create(entries * rows * cols * 2, stream));
+    out.data = tmp.data();
+    out.pointers = nullptr;
+    out.strides = Dense(Layout::kRowMajor, rows, cols, broadcast);
+    return cuda::CopyMatrix({in.data, in.pointers, in.strides},
+                            {tmp.data(), nullptr, out.strides}, entries, rows,
+                            cols, 2, stream);
+  };
+  RETURN_IF_ERROR(prepare_input(p.a, ca, gather_a, p.m, p.k, d.a, a_tmp));
+  RETURN_IF_ERROR(prepare_input(p.b, cb, gather_b, p.k, p.n, d.b, b_tmp));
+
+  const int c_element = static_cast<int>(DTypeSize(p.c_dtype));
+  if (gather_c) {
+    ASSIGN_OR_RETURN(
+        c_tmp, StreamBuffer::Create(p.batch * p.m * p.n * c_element, stream));
+    d.c.data = c_tmp.data();
+    d.c.pointers = nullptr;
+    d.c.strides = Dense(Layout::kRowMajor, p.m, p.n, false);
+    if (p.beta != 0.0f) {
+      RETURN_IF_ERROR(cuda::CopyMatrix(
+          {p.c.data, const_cast<const void* const*>(p.c.pointers), p.c.strides},
+          {d.c.data, nullptr, d.c.strides}, p.batch, p.m, p.n, c_element,
+          stream));
+    }
+  } else {
+    d.c.strides = Normalized(cc, p.c.strides.batch);
+  }
+
+  ASSIGN_OR_RETURN(GemmRunInfo info, RunTimed(d, stream));
+  if (gather_c) {
+    RETURN_IF_ERROR(cuda::CopyMatrix({d.c.data, nullptr, d.c.strides},
+                                     {p.c.data, p.c.pointers, p.c.strides},
+                                     p.batch, p.m, p.n, c_element, stream));
+  }
+  // Temporaries are freed in stream order; wait so that the output is
+  // complete when we return, as the contract says.
+  a_tmp = StreamBuffer();
+  b_tmp = StreamBuffer();
+  c_tmp = StreamBuffer();
+  RETURN_IF_ERROR(
+      CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+  return info;
+}
+
+absl::StatusOr<std::unique_ptr<GemmBackend>> CreateCudaBackend(
+    const CudaBackendOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
+                   CudaBackend::Create(options));
+  return std::unique_ptr<GemmBackend>(std::move(backend));
+}
+
+}  // namespace matmul

@@ -1,0 +1,84 @@
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_ops.h"
+
+namespace matmul::cuda {
+namespace {
+
+template <typename T>
+__global__ void CopyMatrixKernel(StridedView src, MutableStridedView dst,
+                                 int64_t batch, int64_t rows, int64_t cols) {
+  const int64_t total = batch * rows * cols;
+  for (int64_t index = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+       index < total; index += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t j = index % cols;
+    const int64_t i = (index / cols) % rows;
+    const int64_t b = index / (cols * rows);
+    const T* s = src.pointers != nullptr
+                     ? static_cast<const T*>(src.pointers[b])
+                     : static_cast<const T*>(src.data) + b * src.strides.batch;
+    T* d = dst.pointers != nullptr
+               ? static_cast<T*>(dst.pointers[b])
+               : static_cast<T*>(dst.data) + b * dst.strides.batch;
+    d[i * dst.strides.row + j * dst.strides.col] =
+        s[i * src.strides.row + j * src.strides.col];
+  }
+}
+
+__device__ uint64_t Mix(uint64_t x) {
+  // splitmix64's finaliser: cheap and well spread.
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+__global__ void FillRandomKernel(__nv_bfloat16* data, int64_t count,
+                                 uint64_t seed) {
+  for (int64_t index = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+       index < count; index += int64_t{gridDim.x} * blockDim.x) {
+    const uint64_t bits = Mix(seed ^ Mix(static_cast<uint64_t>(index)));
+    const float magnitude = 0.25f + 0.75f * (bits >> 40) * (1.0f / 16777216.0f);
+    data[index] = __float2bfloat16(bits & 1 ? magnitude : -magnitude);
+  }
+}
+
+int GridFor(int64_t total, int threads) {
+  const int64_t blocks = (total + threads - 1) / threads;
+  return static_cast<int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
+}
+
+}  // namespace
+
+absl::Status CopyMatrix(const StridedView& src, const MutableStridedView& dst,
+                        int64_t batch, int64_t rows, int64_t cols,
+                        int element_bytes, cudaStream_t stream) {
+  const int64_t total = batch * rows * cols;
+  if (total == 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  if (element_bytes == 2) {
+    CopyMatrixKernel<uint16_t>
+        <<<GridFor(total, kThreads), kThreads, 0, stream>>>(src, dst, batch,
+                                                            rows, cols);
+  } else if (element_bytes == 4) {
+    CopyMatrixKernel<uint32_t>
+        <<<GridFor(total, kThreads), kThreads, 0, stream>>>(src, dst, batch,
+                                                            rows, cols);
+  } else {
+    return absl::InvalidArgumentError(
+        "CopyMatrix: element size must be 2 or 4");
+  }
+  return LastLaunchStatus("CopyMatrix launch");
+}
+
+absl::Status FillRandomBf16(void* data, int64_t count, uint64_t seed,
+                            cudaStream_t stream) {
+  if (count == 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  FillRandomKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(
+      static_cast<__nv_bfloat16*>(data), count, seed);
+  return LastLaunchStatus("FillRandomBf16 launch");
+}
+
+}  // namespace matmul::cuda

@@ -1,0 +1,665 @@
+#include "kernels/cuda/gemm_selector.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_ops.h"
+#include "kernels/cuda/own_kernels.h"
+#include "nlohmann/json.hpp"
+
+namespace matmul::cuda {
+namespace {
+
+constexpr char kCublasLtPrefix[] = "cublaslt_algo";
+constexpr int kCacheFormat = 1;
+
+char LayoutTag(const Strides& s) {
+  if (s.col == 1) return 'N';
+  if (s.row == 1) return 'T';
+  return 'S';
+}
+
+bool Broadcast(const GemmProblem& p, const InputMatrix& x) {
+  return p.batch > 1 && x.pointers == nullptr && x.strides.batch == 0;
+}
+
+KernelChoice LtChoice(int index) {
+  KernelChoice choice;
+  choice.source = KernelChoice::Source::kCublasLt;
+  choice.index = index;
+  choice.name = absl::StrCat(kCublasLtPrefix, index);
+  return choice;
+}
+
+KernelChoice OwnChoice(const OwnKernel& kernel) {
+  KernelChoice choice;
+  choice.source = KernelChoice::Source::kOwn;
+  choice.index = kernel.index;
+  choice.name = kernel.name;
+  return choice;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+// Several copies of the key's operands on the device, filled with random
+// non-zero values, so consecutive timed runs read different memory when one
+// copy would stay resident in L2.
+class TimingData {
+ public:
+  static absl::StatusOr<TimingData> Create(const GemmProblem& canonical,
+                                           int device, cudaStream_t stream) {
+    TimingData data;
+    const GemmProblem& p = canonical;
+    const int64_t a_elems = (p.a.strides.batch == 0 ? 1 : p.batch) * p.m * p.k;
+    const int64_t b_elems = (p.b.strides.batch == 0 ? 1 : p.batch) * p.k * p.n;
+    const int64_t c_bytes = p.batch * p.m * p.n * DTypeSize(p.c_dtype);
+    // 256-byte aligned sub-allocations inside one buffer per copy.
+    auto round_up = [](int64_t x) { return (x + 255) / 256 * 256; };
+    const int64_t a_off = 0;
+    const int64_t b_off = round_up(a_elems * 2);
+    const int64_t c_off = b_off + round_up(b_elems * 2);
+    const int64_t copy_bytes = c_off + round_up(c_bytes);
+
+    int l2_bytes = 0;
+    RETURN_IF_ERROR(CudaStatus(
+        cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
+        "cudaDeviceGetAttribute(L2CacheSize)"));
+    // Enough copies that a round-robin pass moves about 3x the L2 size.
+    const int64_t wanted =
+        (3 * int64_t{l2_bytes} + copy_bytes - 1) / copy_bytes;
+    const int copies = static_cast<int>(std::clamp<int64_t>(wanted, 1, 32));
+    for (int i = 0; i < copies; ++i) {
+      ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Create(copy_bytes));
+      char* base = static_cast<char*>(buffer.data());
+      RETURN_IF_ERROR(
+          FillRandomBf16(base + a_off, a_elems, 0x1234u + 7919u * i, stream));
+      RETURN_IF_ERROR(
+          FillRandomBf16(base + b_off, b_elems, 0xabcdu + 7907u * i, stream));
+      // C is written by every run; poisoned once so a beta != 0 timing
+      // would not read uninitialised memory.
+      RETURN_IF_ERROR(
+          CudaStatus(cudaMemsetAsync(base + c_off, 0x3c, c_bytes, stream),
+                     "cudaMemsetAsync"));
+      GemmProblem copy = canonical;
+      copy.a.data = base + a_off;
+      copy.b.data = base + b_off;
+      copy.c.data = base + c_off;
+      data.problems_.push_back(copy);
+      data.buffers_.push_back(std::move(buffer));
+    }
+    RETURN_IF_ERROR(
+        CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+    return data;
+  }
+
+  const GemmProblem& problem(int i) const {
+    return problems_[i % problems_.size()];
+  }
+
+ private:
+  std::vector<DeviceBuffer> buffers_;
+  std::vector<GemmProblem> problems_;
+};
+
+absl::StatusOr<std::vector<CudaEvent>> MakeEvents(int count) {
+  std::vector<CudaEvent> events;
+  events.reserve(count);
+  for (int i = 0; i < count; ++i) {
+    ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create());
+    events.push_back(std::move(event));
+  }
+  return events;
+}
+
+}  // namespace
+
+GemmProblem CanonicalProblem(const GemmProblem& p) {
+  GemmProblem c;
+  c.batch = p.batch;
+  c.m = p.m;
+  c.n = p.n;
+  c.k = p.k;
+  c.c_dtype = p.c_dtype;
+  if (LayoutTag(p.a.strides) == 'T') {
+    c.a.strides = {p.m * p.k, 1, p.m};
+  } else {
+    c.a.strides = {p.m * p.k, p.k, 1};
+  }
+  if (LayoutTag(p.b.strides) == 'T') {
+    c.b.strides = {p.k * p.n, 1, p.k};
+  } else {
+    c.b.strides = {p.k * p.n, p.n, 1};
+  }
+  if (Broadcast(p, p.a)) c.a.strides.batch = 0;
+  if (Broadcast(p, p.b)) c.b.strides.batch = 0;
+  c.c.strides = {p.m * p.n, p.n, 1};
+  return c;
+}
+
+std::string GemmSelector::Key(const GemmProblem& p) {
+  std::string key = absl::StrCat(p.m, "x", p.n, "x", p.k, ":",
+                                 std::string(1, LayoutTag(p.a.strides)),
+                                 std::string(1, LayoutTag(p.b.strides)), ":",
+                                 DTypeName(p.c_dtype), ":b", p.batch);
+  if (Broadcast(p, p.a)) absl::StrAppend(&key, ":bcastA");
+  if (Broadcast(p, p.b)) absl::StrAppend(&key, ":bcastB");
+  return key;
+}
+
+absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
+    const SelectorOptions& options) {
+  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options.device));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<CublasLtGemm> lt,
+      CublasLtGemm::Create(options.device, options.cublaslt_top_k));
+  int max_shared = options.max_shared_bytes;
+  if (max_shared <= 0) {
+    ASSIGN_OR_RETURN(max_shared, MaxSharedBytesOptin(options.device));
+  }
+  cudaDeviceProp prop;
+  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, options.device),
+                             "cudaGetDeviceProperties"));
+  int driver = 0, runtime = 0;
+  RETURN_IF_ERROR(
+      CudaStatus(cudaDriverGetVersion(&driver), "cudaDriverGetVersion"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion"));
+  std::string environment = absl::StrCat(
+      prop.name, "|cc", prop.major, ".", prop.minor, "|driver", driver,
+      "|cudart", runtime, "|cublaslt", CublasLtGemm::Version(),
+      HaveOwnKernels() ? "|mma" : "|nomma");
+  auto selector = std::unique_ptr<GemmSelector>(new GemmSelector(
+      options, max_shared, std::move(environment), std::move(lt)));
+  if (!options.cache_path.empty()) {
+    absl::Status loaded = selector->LoadCache();
+    // A damaged or foreign cache costs a re-tune, not the service.
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "GemmSelector: ignoring cache %s: %s\n",
+                   options.cache_path.c_str(), loaded.ToString().c_str());
+    }
+  }
+  if (options.background_tuning) {
+    selector->worker_ = std::thread([s = selector.get()] { s->WorkerLoop(); });
+  }
+  return selector;
+}
+
+GemmSelector::GemmSelector(const SelectorOptions& options, int max_shared_bytes,
+                           std::string environment,
+                           std::unique_ptr<CublasLtGemm> lt)
+    : options_(options),
+      max_shared_bytes_(max_shared_bytes),
+      environment_(std::move(environment)),
+      cublaslt_(std::move(lt)) {}
+
+GemmSelector::~GemmSelector() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    queue_.clear();
+  }
+  work_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+size_t GemmSelector::tuned_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t count = 0;
+  for (const auto& [key, choice] : choices_) count += choice.tuned;
+  return count;
+}
+
+absl::StatusOr<KernelChoice> GemmSelector::ChoiceFromName(
+    const std::string& name) const {
+  if (absl::StartsWith(name, kCublasLtPrefix)) {
+    int index = 0;
+    if (!absl::SimpleAtoi(name.substr(sizeof(kCublasLtPrefix) - 1), &index) ||
+        index < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad cuBLASLt kernel name ", name));
+    }
+    return LtChoice(index);
+  }
+  for (const OwnKernel& kernel : OwnKernels()) {
+    if (kernel.name == name) return OwnChoice(kernel);
+  }
+  return absl::NotFoundError(absl::StrCat("unknown kernel ", name));
+}
+
+absl::Status GemmSelector::CanRun(const KernelChoice& choice,
+                                  const GemmProblem& problem) {
+  if (choice.source == KernelChoice::Source::kOwn) {
+    if (!options_.use_own_kernels) {
+      return absl::FailedPreconditionError("own kernels disabled");
+    }
+    return OwnCanImplement(problem, choice.index, max_shared_bytes_);
+  }
+  if (!options_.use_cublaslt) {
+    return absl::FailedPreconditionError("cuBLASLt disabled");
+  }
+  return cublaslt_->GetPlan(problem).status();
+}
+
+absl::StatusOr<KernelChoice> GemmSelector::Heuristic(
+    const GemmProblem& problem) {
+  absl::Status lt_status = absl::FailedPreconditionError("cuBLASLt disabled");
+  if (options_.use_cublaslt) {
+    lt_status = cublaslt_->GetPlan(problem).status();
+    // cuBLASLt's own top heuristic pick is a good default for any shape.
+    if (lt_status.ok()) return LtChoice(0);
+  }
+  if (options_.use_own_kernels) {
+    int sms = 0;
+    RETURN_IF_ERROR(
+        CudaStatus(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
+                                          options_.device),
+                   "cudaDeviceGetAttribute(MultiProcessorCount)"));
+    // Largest tile that still gives every SM a tile; failing that, the one
+    // that makes the most tiles.
+    const OwnKernel* best = nullptr;
+    auto tiles = [&](const OwnKernel& k) {
+      return problem.batch * ((problem.m + k.block_m - 1) / k.block_m) *
+             ((problem.n + k.block_n - 1) / k.block_n);
+    };
+    auto better = [&](const OwnKernel& x, const OwnKernel& y) {
+      const bool x_fills = tiles(x) >= sms, y_fills = tiles(y) >= sms;
+      if (x_fills != y_fills) return x_fills;
+      if (x_fills) return x.block_m * x.block_n > y.block_m * y.block_n;
+      return tiles(x) > tiles(y);
+    };
+    for (const OwnKernel& kernel : OwnKernels()) {
+      if (!OwnCanImplement(problem, kernel.index, max_shared_bytes_).ok()) {
+        continue;
+      }
+      if (best == nullptr || better(kernel, *best)) best = &kernel;
+    }
+    if (best != nullptr) return OwnChoice(*best);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("no kernel can run ", ShapeName(problem),
+                   "; cuBLASLt: ", lt_status.message()));
+}
+
+absl::StatusOr<KernelChoice> GemmSelector::Choose(const GemmProblem& problem) {
+  const std::string key = Key(problem);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = choices_.find(key);
+    if (it != choices_.end()) return it->second;
+  }
+  ASSIGN_OR_RETURN(KernelChoice choice, Heuristic(problem));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = choices_.emplace(key, choice);
+  if (inserted && options_.background_tuning && !stopping_ &&
+      queued_keys_.insert(key).second) {
+    queue_.push_back(CanonicalProblem(problem));
+    work_cv_.notify_one();
+  }
+  return it->second;
+}
+
+absl::Status GemmSelector::RunChoice(const KernelChoice& choice,
+                                     const GemmProblem& problem,
+                                     cudaStream_t stream,
+                                     DeviceBuffer& workspace) {
+  if (choice.source == KernelChoice::Source::kOwn) {
+    RETURN_IF_ERROR(
+        workspace.Reserve(OwnWorkspaceBytes(problem, choice.index)));
+    return OwnRun(problem, choice.index, stream, workspace.data());
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const CublasLtPlan> plan,
+                   cublaslt_->GetPlan(problem));
+  // A plan for this instance's exact strides may offer fewer candidates
+  // than the canonical one the choice was tuned on.
+  const int index = std::min(choice.index, plan->algo_count() - 1);
+  RETURN_IF_ERROR(workspace.Reserve(cublaslt_->workspace_bytes()));
+  return cublaslt_->Run(*plan, index, problem, stream, workspace.data(),
+                        workspace.size());
+}
+
+absl::StatusOr<KernelChoice> GemmSelector::Run(const GemmProblem& problem,
+                                               cudaStream_t stream,
+                                               DeviceBuffer& workspace) {
+  ASSIGN_OR_RETURN(KernelChoice choice, Choose(problem));
+  if (!CanRun(choice, problem).ok()) {
+    ASSIGN_OR_RETURN(choice, Heuristic(problem));
+  }
+  RETURN_IF_ERROR(RunChoice(choice, problem, stream, workspace));
+  return choice;
+}
+
+absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeCandidates(
+    const GemmProblem& problem) {
+  const GemmProblem canonical = CanonicalProblem(problem);
+  std::vector<CandidateTiming> timings;
+  if (options_.use_own_kernels) {
+    for (const OwnKernel& kernel : OwnKernels()) {
+      CandidateTiming t;
+      t.choice = OwnChoice(kernel);
+      t.family = kernel.family;
+      t.shared_bytes = kernel.shared_bytes;
+      t.status = OwnCanImplement(canonical, kernel.index, max_shared_bytes_);
+      timings.push_back(std::move(t));
+    }
+  }
+  if (options_.use_cublaslt) {
+    auto plan = cublaslt_->GetPlan(canonical);
+    if (plan.ok()) {
+      for (int i = 0; i < (*plan)->algo_count(); ++i) {
+        CandidateTiming t;
+        t.choice = LtChoice(i);
+        t.family = "cublaslt";
+        timings.push_back(std::move(t));
+      }
+    } else {
+      CandidateTiming t;
+      t.choice = LtChoice(0);
+      t.family = "cublaslt";
+      t.status = plan.status();
+      timings.push_back(std::move(t));
+    }
+  }
+  std::vector<KernelChoice> runnable;
+  for (const CandidateTiming& t : timings) {
+    if (t.status.ok()) runnable.push_back(t.choice);
+  }
+  if (runnable.empty()) return timings;
+
+  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options_.device));
+  ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
+  ASSIGN_OR_RETURN(
+      TimingData data,
+      TimingData::Create(canonical, options_.device, stream.get()));
+  DeviceBuffer workspace;
+  ASSIGN_OR_RETURN(std::vector<CudaEvent> events,
+                   MakeEvents(2 * options_.max_iterations + 2));
+  for (CandidateTiming& t : timings) {
+    if (!t.status.ok()) continue;
+    // Warm-up, then a rough estimate that sets the iteration count.
+    int round = 0;
+    absl::Status status;
+    for (int i = 0; i < options_.warmup_iterations && status.ok(); ++i) {
+      status =
+          RunChoice(t.choice, data.problem(round++), stream.get(), workspace);
+    }
+    if (status.ok()) status = events[0].Record(stream.get());
+    for (int i = 0; i < 3 && status.ok(); ++i) {
+      status =
+          RunChoice(t.choice, data.problem(round++), stream.get(), workspace);
+    }
+    if (status.ok()) status = events[1].Record(stream.get());
+    if (status.ok()) status = stream.Synchronize();
+    if (!status.ok()) {
+      t.status = status;
+      // A launch error may be sticky; surface it rather than time garbage.
+      RETURN_IF_ERROR(CudaStatus(cudaDeviceSynchronize(), "after candidate"));
+      continue;
+    }
+    ASSIGN_OR_RETURN(double estimate,
+                     CudaEvent::ElapsedSeconds(events[0], events[1]));
+    estimate = std::max(estimate / 3, 1e-7);
+    const int iterations = static_cast<int>(
+        std::clamp<double>(std::ceil(options_.target_seconds / estimate),
+                           options_.min_iterations, options_.max_iterations));
+    for (int i = 0; i < iterations && status.ok(); ++i) {
+      status = events[2 + 2 * i].Record(stream.get());
+      if (status.ok()) {
+        status =
+            RunChoice(t.choice, data.problem(round++), stream.get(), workspace);
+      }
+      if (status.ok()) status = events[3 + 2 * i].Record(stream.get());
+    }
+    if (status.ok()) status = stream.Synchronize();
+    if (!status.ok()) {
+      t.status = status;
+      continue;
+    }
+    std::vector<double> seconds(iterations);
+    for (int i = 0; i < iterations; ++i) {
+      ASSIGN_OR_RETURN(seconds[i], CudaEvent::ElapsedSeconds(
+                                       events[2 + 2 * i], events[3 + 2 * i]));
+    }
+    t.iterations = iterations;
+    t.min_seconds = *std::min_element(seconds.begin(), seconds.end());
+    t.max_seconds = *std::max_element(seconds.begin(), seconds.end());
+    t.median_seconds = Median(std::move(seconds));
+    t.choice.tuned = true;
+    t.choice.median_seconds = t.median_seconds;
+  }
+  return timings;
+}
+
+absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeChoices(
+    const GemmProblem& problem, const std::vector<KernelChoice>& choices) {
+  const GemmProblem canonical = CanonicalProblem(problem);
+  std::vector<CandidateTiming> timings(choices.size());
+  if (choices.empty()) return timings;
+  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options_.device));
+  ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
+  ASSIGN_OR_RETURN(
+      TimingData data,
+      TimingData::Create(canonical, options_.device, stream.get()));
+  DeviceBuffer workspace;
+  int round = 0;
+  // Warm every choice up and estimate the slowest one's time.
+  ASSIGN_OR_RETURN(std::vector<CudaEvent> probe, MakeEvents(2));
+  double slowest = 1e-7;
+  for (size_t c = 0; c < choices.size(); ++c) {
+    timings[c].choice = choices[c];
+    RETURN_IF_ERROR(CanRun(choices[c], canonical));
+    for (int i = 0; i < options_.warmup_iterations; ++i) {
+      RETURN_IF_ERROR(RunChoice(choices[c], data.problem(round++), stream.get(),
+                                workspace));
+    }
+    RETURN_IF_ERROR(probe[0].Record(stream.get()));
+    RETURN_IF_ERROR(
+        RunChoice(choices[c], data.problem(round++), stream.get(), workspace));
+    RETURN_IF_ERROR(probe[1].Record(stream.get()));
+    RETURN_IF_ERROR(stream.Synchronize());
+    ASSIGN_OR_RETURN(double t, CudaEvent::ElapsedSeconds(probe[0], probe[1]));
+    slowest = std::max(slowest, t);
+  }
+  const int iterations = static_cast<int>(
+      std::clamp<double>(std::ceil(options_.target_seconds / slowest),
+                         options_.min_iterations, options_.max_iterations));
+  std::vector<std::vector<CudaEvent>> events;
+  for (size_t c = 0; c < choices.size(); ++c) {
+    ASSIGN_OR_RETURN(std::vector<CudaEvent> e, MakeEvents(2 * iterations));
+    events.push_back(std::move(e));
+  }
+  for (int i = 0; i < iterations; ++i) {
+    for (size_t c = 0; c < choices.size(); ++c) {
+      RETURN_IF_ERROR(events[c][2 * i].Record(stream.get()));
+      RETURN_IF_ERROR(RunChoice(choices[c], data.problem(round++), stream.get(),
+                                workspace));
+      RETURN_IF_ERROR(events[c][2 * i + 1].Record(stream.get()));
+    }
+  }
+  RETURN_IF_ERROR(stream.Synchronize());
+  for (size_t c = 0; c < choices.size(); ++c) {
+    std::vector<double> seconds(iterations);
+    for (int i = 0; i < iterations; ++i) {
+      ASSIGN_OR_RETURN(seconds[i], CudaEvent::ElapsedSeconds(
+                                       events[c][2 * i], events[c][2 * i + 1]));
+    }
+    CandidateTiming& t = timings[c];
+    t.iterations = iterations;
+    t.min_seconds = *std::min_element(seconds.begin(), seconds.end());
+    t.max_seconds = *std::max_element(seconds.begin(), seconds.end());
+    t.median_seconds = Median(std::move(seconds));
+  }
+  return timings;
+}
+
+absl::StatusOr<KernelChoice> GemmSelector::Tune(const GemmProblem& problem) {
+  std::vector<CandidateTiming> timings;
+  {
+    std::lock_guard<std::mutex> tune_lock(tune_mu_);
+    ASSIGN_OR_RETURN(timings, TimeCandidates(problem));
+  }
+  const CandidateTiming* best = nullptr;
+  for (const CandidateTiming& t : timings) {
+    if (!t.status.ok() || t.iterations == 0) continue;
+    if (best == nullptr || t.median_seconds < best->median_seconds) best = &t;
+  }
+  if (best == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no kernel could run ", Key(problem)));
+  }
+  KernelChoice choice = best->choice;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    choices_[Key(problem)] = choice;
+  }
+  if (!options_.cache_path.empty()) RETURN_IF_ERROR(SaveCache());
+  return choice;
+}
+
+void GemmSelector::WorkerLoop() {
+  if (!CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice").ok()) {
+    return;
+  }
+  while (true) {
+    GemmProblem problem;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) break;
+      problem = queue_.front();
+      queue_.pop_front();
+      worker_busy_ = true;
+    }
+    auto tuned = Tune(problem);
+    if (!tuned.ok()) {
+      std::fprintf(stderr, "GemmSelector: background tuning of %s failed: %s\n",
+                   Key(problem).c_str(), tuned.status().ToString().c_str());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      worker_busy_ = false;
+      queued_keys_.erase(Key(problem));
+    }
+    idle_cv_.notify_all();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    worker_busy_ = false;
+  }
+  idle_cv_.notify_all();
+}
+
+void GemmSelector::WaitForBackgroundTuning() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] {
+    return stopping_ || !worker_.joinable() ||
+           (queue_.empty() && !worker_busy_);
+  });
+}
+
+absl::Status GemmSelector::LoadCache() {
+  std::ifstream in(options_.cache_path);
+  if (!in) return absl::OkStatus();  // no file yet
+  nlohmann::json root = nlohmann::json::parse(in, nullptr, false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::DataLossError("not a JSON object");
+  }
+  if (root.value("format", 0) != kCacheFormat) {
+    return absl::FailedPreconditionError("unknown cache format");
+  }
+  const auto& envs = root.value("environments", nlohmann::json::object());
+  auto env = envs.find(environment_);
+  if (env == envs.end() || !env->is_object()) return absl::OkStatus();
+  const auto& entries = env->value("choices", nlohmann::json::object());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = entries.begin(); it != entries.end(); ++it) {
+    if (!it->is_object()) continue;
+    auto choice = ChoiceFromName(it->value("kernel", std::string()));
+    // Kernels that this build no longer has are re-tuned when next seen.
+    if (!choice.ok()) continue;
+    choice->tuned = true;
+    choice->median_seconds = it->value("median_seconds", 0.0);
+    choices_[it.key()] = *choice;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GemmSelector::SaveCache() {
+  if (options_.cache_path.empty()) return absl::OkStatus();
+  std::lock_guard<std::mutex> file_lock(file_mu_);
+  nlohmann::json root = nlohmann::json::object();
+  {
+    // Keep other environments' sections (another GPU, another driver).
+    std::ifstream in(options_.cache_path);
+    if (in) {
+      nlohmann::json existing = nlohmann::json::parse(in, nullptr, false);
+      if (!existing.is_discarded() && existing.is_object() &&
+          existing.value("format", 0) == kCacheFormat) {
+        root = std::move(existing);
+      }
+    }
+  }
+  root["format"] = kCacheFormat;
+  if (!root.contains("environments") || !root["environments"].is_object()) {
+    root["environments"] = nlohmann::json::object();
+  }
+  nlohmann::json& env = root["environments"][environment_];
+  if (!env.is_object()) env = nlohmann::json::object();
+  if (!env.contains("choices") || !env["choices"].is_object()) {
+    env["choices"] = nlohmann::json::object();
+  }
+  env["max_shared_bytes"] = max_shared_bytes_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, choice] : choices_) {
+      if (!choice.tuned) continue;
+      env["choices"][key] = {
+          {"kernel", choice.name},
+          {"median_seconds", choice.median_seconds},
+          {"tuned_at", absl::FormatTime(absl::Now())},
+      };
+    }
+  }
+  // Write a sibling file and rename it over the cache, so a reader (or a
+  // crash) never sees half a file.
+  const std::string tmp =
+      absl::StrCat(options_.cache_path, ".tmp.", static_cast<long>(getpid()));
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot write tuning cache ", tmp));
+    }
+    out << root.dump(2) << "\n";
+    if (!out.good()) {
+      return absl::DataLossError(absl::StrCat("write failed: ", tmp));
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(tmp, options_.cache_path, error);
+  if (error) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot rename ", tmp,
+                                                    " to ", options_.cache_path,
+                                                    ": ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace matmul::cuda
