@@ -461,7 +461,7 @@ absl::StatusOr<double> CheckResponse(const v1::MatmulRequest& request,
 }
 
 double DefaultTolerance(DType out_dtype) {
-  return out_dtype == DType::kBF16 ? 1e-2 : 1e-2;
+  return out_dtype == DType::kBF16 ? 1e-2 : 1e-4;
 }
 
 }  // namespace matmul

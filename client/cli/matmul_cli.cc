@@ -28,7 +28,6 @@
 #include "client/client.h"
 #include "client/request_builder.h"
 #include "common/status_macros.h"
-#include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
 ABSL_FLAG(std::string, target, "unix:/tmp/matmul.sock",
@@ -58,7 +57,9 @@ ABSL_FLAG(bool, check, false,
           "run: compare the first result with the local FP64 reference and "
           "exit 1 when the relative error reaches --tolerance. The reference "
           "is a plain triple loop: seconds for 1024^3, minutes beyond.");
-ABSL_FLAG(double, tolerance, 1e-2, "run: --check's relative error bound.");
+ABSL_FLAG(double, tolerance, 0,
+          "run: --check's relative error bound; 0 picks it from the output "
+          "dtype: 1e-2 for bf16, 1e-4 for fp32.");
 ABSL_FLAG(uint64_t, seed, 1, "run: seed of the random operands.");
 
 namespace matmul::cli {
@@ -102,7 +103,7 @@ struct RunOptions {
   ProblemSpec spec;
   int64_t iterations = 1;
   bool check = false;
-  double tolerance = 1e-2;
+  double tolerance = 0;
   uint64_t seed = 1;
   bool json = false;
 };
@@ -147,7 +148,9 @@ absl::StatusOr<RunOptions> RunOptionsFromFlags() {
   }
   options.check = absl::GetFlag(FLAGS_check);
   options.tolerance = absl::GetFlag(FLAGS_tolerance);
-  if (!(options.tolerance > 0)) {
+  if (options.tolerance == 0) {
+    options.tolerance = DefaultTolerance(*out_dtype);
+  } else if (!(options.tolerance > 0)) {
     return absl::InvalidArgumentError("--tolerance must be positive");
   }
   if (options.timeout <= absl::ZeroDuration()) {
@@ -307,13 +310,15 @@ int RunInfo(absl::string_view target, absl::Duration timeout, bool json) {
   for (int i = 0; i < info->devices_size(); ++i) {
     const v1::Device& device = info->devices(i);
     std::cout << absl::StreamFormat(
-        "  [%d] %s: %s, %d %s, %s memory\n", i, device.name(),
+        "  [%d] %s: %s, %d %s, %s\n", i, device.name(),
         device.compute_capability().empty()
             ? "CPU"
             : absl::StrCat("compute capability ", device.compute_capability()),
         device.multiprocessors(),
         device.compute_capability().empty() ? "cores" : "SMs",
-        Bytes(device.memory_bytes()));
+        device.memory_bytes() > 0
+            ? absl::StrCat(Bytes(device.memory_bytes()), " memory")
+            : "memory not reported");
   }
   if (info->devices_size() == 0) std::cout << "  (none reported)\n";
   const v1::Limits& limits = info->limits();
@@ -401,59 +406,96 @@ void PrintRunText(const RunOptions& options, const RunReport& report) {
   }
 }
 
+// A flat JSON object whose keys keep the order they were added in (a
+// google.protobuf.Struct would print them in hash order).
+class JsonObject {
+ public:
+  JsonObject& Add(absl::string_view key, double value) {
+    // JSON has no NaN or infinity.
+    return AddRaw(key, std::isfinite(value) ? absl::StrFormat("%.9g", value)
+                                            : std::string("null"));
+  }
+  JsonObject& Add(absl::string_view key, int64_t value) {
+    return AddRaw(key, absl::StrCat(value));
+  }
+  JsonObject& Add(absl::string_view key, bool value) {
+    return AddRaw(key, value ? "true" : "false");
+  }
+  JsonObject& Add(absl::string_view key, absl::string_view value) {
+    return AddRaw(key, Quote(value));
+  }
+  // Without this, a string literal would pick the bool overload.
+  JsonObject& Add(absl::string_view key, const char* value) {
+    return Add(key, absl::string_view(value));
+  }
+
+  std::string Serialize() const {
+    std::vector<std::string> members;
+    for (const auto& [key, value] : members_) {
+      members.push_back(absl::StrCat("  ", Quote(key), ": ", value));
+    }
+    return absl::StrCat("{\n", absl::StrJoin(members, ",\n"), "\n}\n");
+  }
+
+ private:
+  JsonObject& AddRaw(absl::string_view key, std::string json) {
+    members_.emplace_back(std::string(key), std::move(json));
+    return *this;
+  }
+
+  static std::string Quote(absl::string_view text) {
+    std::string quoted = "\"";
+    for (char c : text) {
+      if (c == '"' || c == '\\') {
+        absl::StrAppend(&quoted, "\\", std::string(1, c));
+      } else if (static_cast<unsigned char>(c) < 0x20) {
+        absl::StrAppend(&quoted, absl::StrFormat("\\u%04x", c));
+      } else {
+        quoted.push_back(c);
+      }
+    }
+    quoted.push_back('"');
+    return quoted;
+  }
+
+  std::vector<std::pair<std::string, std::string>> members_;
+};
+
 void PrintRunJson(const RunOptions& options, const RunReport& report) {
   const ProblemSpec& spec = options.spec;
-  using google::protobuf::Struct;
-  using google::protobuf::Value;
-  auto number = [](double v) {
-    Value value;
-    value.set_number_value(v);
-    return value;
-  };
-  auto text = [](absl::string_view v) {
-    Value value;
-    value.set_string_value(std::string(v));
-    return value;
-  };
-  auto boolean = [](bool v) {
-    Value value;
-    value.set_bool_value(v);
-    return value;
-  };
-  Struct root;
-  auto& fields = *root.mutable_fields();
-  fields["target"] = text(options.target);
-  fields["m"] = number(spec.m);
-  fields["n"] = number(spec.n);
-  fields["k"] = number(spec.k);
-  fields["batch"] = number(spec.effective_batch());
-  fields["transpose_a"] = boolean(spec.transpose_a);
-  fields["transpose_b"] = boolean(spec.transpose_b);
-  fields["broadcast_a"] = boolean(spec.broadcast_a);
-  fields["broadcast_b"] = boolean(spec.broadcast_b);
-  fields["alpha"] = number(*spec.alpha);
-  fields["beta"] = number(*spec.beta);
-  fields["out_dtype"] = text(DTypeName(spec.resolved_out_dtype()));
-  fields["iterations"] = number(report.latency_seconds.size());
   const double median_latency = Median(report.latency_seconds);
-  fields["latency_ms_min"] =
-      number(*std::min_element(report.latency_seconds.begin(),
-                               report.latency_seconds.end()) *
-             1e3);
-  fields["latency_ms_median"] = number(median_latency * 1e3);
-  fields["gflops"] = number(spec.flops() / median_latency / 1e9);
-  fields["server_queue_ms"] = number(Median(report.queue_seconds) * 1e3);
-  fields["server_kernel_ms"] = number(Median(report.kernel_seconds) * 1e3);
-  fields["server_total_ms"] = number(Median(report.total_seconds) * 1e3);
-  fields["backend"] = text(report.last_response.backend());
-  fields["kernel"] = text(report.last_response.kernel());
-  fields["batch_size"] = number(report.last_response.batch_size());
+  const double min_latency = *std::min_element(report.latency_seconds.begin(),
+                                               report.latency_seconds.end());
+  JsonObject json;
+  json.Add("target", options.target)
+      .Add("m", spec.m)
+      .Add("n", spec.n)
+      .Add("k", spec.k)
+      .Add("batch", spec.effective_batch())
+      .Add("transpose_a", spec.transpose_a)
+      .Add("transpose_b", spec.transpose_b)
+      .Add("broadcast_a", spec.broadcast_a)
+      .Add("broadcast_b", spec.broadcast_b)
+      .Add("alpha", double{*spec.alpha})
+      .Add("beta", double{*spec.beta})
+      .Add("out_dtype", DTypeName(spec.resolved_out_dtype()))
+      .Add("iterations", static_cast<int64_t>(report.latency_seconds.size()))
+      .Add("latency_ms_min", min_latency * 1e3)
+      .Add("latency_ms_median", median_latency * 1e3)
+      .Add("gflops", spec.flops() / median_latency / 1e9)
+      .Add("server_queue_ms", Median(report.queue_seconds) * 1e3)
+      .Add("server_kernel_ms", Median(report.kernel_seconds) * 1e3)
+      .Add("server_total_ms", Median(report.total_seconds) * 1e3)
+      .Add("backend", report.last_response.backend())
+      .Add("kernel", report.last_response.kernel())
+      .Add("batch_size",
+           static_cast<int64_t>(report.last_response.batch_size()));
   if (report.checked) {
-    fields["relative_error"] = number(report.relative_error);
-    fields["tolerance"] = number(options.tolerance);
-    fields["check"] = text(report.passed ? "PASS" : "FAIL");
+    json.Add("relative_error", report.relative_error)
+        .Add("tolerance", options.tolerance)
+        .Add("check", report.passed ? "PASS" : "FAIL");
   }
-  std::cout << ToJson(root);
+  std::cout << json.Serialize();
 }
 
 int RunProduct(const RunOptions& options) {
@@ -464,6 +506,15 @@ int RunProduct(const RunOptions& options) {
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Create(options.target, {.default_timeout = options.timeout});
   if (!client.ok()) return UsageError(client.status().message());
+
+  // Connect with a cheap call first, so that the first timed RPC does not
+  // include setting up the connection. Unlike WaitForConnected, a call
+  // fails fast when nothing listens.
+  if (absl::StatusOr<v1::GetServerInfoResponse> info =
+          (*client)->GetServerInfo(options.timeout);
+      !info.ok()) {
+    return RpcError("GetServerInfo", info.status(), options.target);
+  }
 
   RunReport report;
   for (int64_t i = 0; i < options.iterations; ++i) {
