@@ -1,0 +1,45 @@
+#!/bin/sh
+# matmul-cli against a real matmul-server (CPU backend) on a temporary unix
+# socket: info, a checked product in every layout, JSON output.
+# Usage: cli_end_to_end_test.sh path/to/matmul-cli path/to/matmul-server
+cli="$1"
+server="$2"
+dir=$(mktemp -d)
+socket="$dir/matmul.sock"
+"$server" --backend=cpu --listen="unix:$socket" --metrics_listen= \
+  >"$dir/server.log" 2>&1 &
+server_pid=$!
+trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; rm -rf "$dir"' EXIT
+
+# Wait up to 10 s for the socket.
+i=0
+while [ ! -S "$socket" ] && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+[ -S "$socket" ] || { echo "FAIL: server did not start"; cat "$dir/server.log"; exit 1; }
+
+target="--target=unix:$socket"
+failures=0
+run() {
+  if ! "$cli" "$@" >"$dir/out" 2>&1; then
+    echo "FAIL: matmul-cli $*"
+    cat "$dir/out"
+    failures=$((failures + 1))
+  fi
+}
+
+run info "$target"
+run info "$target" --json
+run run "$target" --shape=127x255x63 --check
+run run "$target" --shape=127x255x63 --check --transpose_a --out_dtype=fp32
+run run "$target" --shape=7x1000x33 --check --transpose_b --alpha=0.5 --beta=2
+run run "$target" --shape=1x1x1 --check --transpose_a --transpose_b
+run run "$target" --shape=33x17x65 --check --batch=3 --broadcast_b --out_dtype=fp32
+run run "$target" --shape=64x64x64 --iterations=5 --json
+grep -q '"latency_ms_median"' "$dir/out" ||
+  { echo "FAIL: --json lacks latency_ms_median"; failures=$((failures + 1)); }
+
+# A tolerance no BF16 result can meet must fail the check with exit 1.
+"$cli" run "$target" --shape=64x64x64 --check --tolerance=1e-12 >/dev/null 2>&1
+[ $? -eq 1 ] || { echo "FAIL: impossible tolerance passed"; failures=$((failures + 1)); }
+
+[ "$failures" -eq 0 ] && echo "PASS" && exit 0
+exit 1

@@ -1,0 +1,44 @@
+#!/bin/sh
+# matmul-cli's exit-code contract without a daemon: 0 for --help, 2 for
+# every usage error, 1 when nothing listens at the target.
+# Usage: cli_usage_test.sh path/to/matmul-cli
+cli="$1"
+nobody="unix:${TMPDIR:-/tmp}/matmul-cli-nobody-$$.sock"
+failures=0
+
+expect() {
+  want="$1"
+  shift
+  "$cli" "$@" >/dev/null 2>&1
+  got=$?
+  if [ "$got" -ne "$want" ]; then
+    echo "FAIL: matmul-cli $* exited $got, want $want"
+    failures=$((failures + 1))
+  fi
+}
+
+expect 0 --help
+expect 0 help
+expect 2
+expect 2 frobnicate
+expect 2 run --shape=12x3
+expect 2 run --shape=0x1x1
+expect 2 run --shape=axbxc
+expect 2 run --out_dtype=fp16
+expect 2 run --batch=-1
+expect 2 run --batch=abc
+expect 2 run --iterations=0
+expect 2 run --broadcast_a
+expect 2 run --check=maybe
+expect 2 run --no_such_flag
+expect 2 run --target
+expect 2 run extra_argument
+expect 1 info --target="$nobody"
+expect 1 run --target="$nobody" --shape=8x8x8
+
+# The usage error says what was wrong.
+"$cli" run --shape=12x3 2>&1 | grep -q 'expected MxNxK' ||
+  { echo "FAIL: no MxNxK hint for a bad --shape"; failures=$((failures + 1)); }
+
+[ "$failures" -eq 0 ] && echo "PASS" && exit 0
+exit 1
