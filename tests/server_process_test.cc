@@ -1,0 +1,140 @@
+// The real binaries: matmul-server started as a process on a temporary unix
+// socket, probed with the standard grpc.health.v1 client, driven by
+// matmul-cli, and stopped with SIGTERM while requests are in flight.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/request_builder.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/test_daemon.h"
+
+extern char** environ;
+
+namespace matmul {
+namespace {
+
+// A child process that is killed (if still running) and reaped on scope exit.
+class ChildProcess {
+ public:
+  explicit ChildProcess(const std::vector<std::string>& argv) {
+    std::vector<char*> args;
+    for (const std::string& arg : argv)
+      args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], nullptr, nullptr, args.data(), environ) !=
+        0) {
+      pid_ = -1;
+    }
+  }
+  ~ChildProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      Wait();
+    }
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  bool started() const { return pid_ > 0; }
+  void Signal(int signal_number) { kill(pid_, signal_number); }
+  // The exit status as waitpid reports it; reaps the child.
+  int Wait() {
+    int status = -1;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return status;
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+// Runs a command to completion and returns its exit code.
+int RunCommand(const std::vector<std::string>& argv) {
+  ChildProcess child(argv);
+  if (!child.started()) return -1;
+  int status = child.Wait();
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    const std::string& target) {
+  auto channel =
+      grpc::CreateChannel(target, grpc::InsecureChannelCredentials());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  context.set_wait_for_ready(true);
+  grpc::health::v1::HealthCheckRequest request;  // "" = the whole server
+  grpc::health::v1::HealthCheckResponse response;
+  grpc::Status status = stub->Check(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response.status();
+}
+
+TEST(ServerProcessTest, HealthCliCheckAndGracefulStop) {
+  const std::string socket = FreshSocketPath();
+  const std::string target = "unix:" + socket;
+  ChildProcess server({MATMUL_SERVER_PATH, "--backend=cpu",
+                       "--listen=" + target,
+                       "--metrics_listen=", "--worker_threads=1"});
+  ASSERT_TRUE(server.started());
+  EXPECT_EQ(Health(target), grpc::health::v1::HealthCheckResponse::SERVING);
+
+  // The acceptance command.
+  EXPECT_EQ(RunCommand({MATMUL_CLI_PATH, "run", "--target=" + target,
+                        "--shape=127x255x63", "--check"}),
+            0);
+
+  // Requests in flight when SIGTERM arrives are all answered.
+  ClientOptions options;
+  options.wait_for_ready = true;
+  auto client = Client::Create(target, options);
+  ASSERT_TRUE(client.ok());
+  std::mt19937_64 rng(3);
+  std::vector<v1::MatmulRequest> requests;
+  std::vector<std::future<absl::StatusOr<v1::MatmulResponse>>> in_flight;
+  for (int i = 0; i < 6; ++i) {
+    auto request = MakeRandomRequest({.m = 700, .n = 600, .k = 500}, rng);
+    ASSERT_TRUE(request.ok());
+    request->set_request_id(i);
+    requests.push_back(*request);
+    in_flight.push_back((*client)->MatmulFuture(*request, absl::Seconds(60)));
+  }
+  absl::SleepFor(absl::Milliseconds(100));
+  server.Signal(SIGTERM);
+  for (auto& future : in_flight) {
+    absl::StatusOr<v1::MatmulResponse> response = future.get();
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_LT(*CheckResponse(requests[response->request_id()], *response),
+              1e-2);
+  }
+  const int status = server.Wait();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+TEST(ServerProcessTest, BadFlagsAndBusyAddressesFailClearly) {
+  EXPECT_EQ(
+      RunCommand({MATMUL_SERVER_PATH, "--backend=tpu", "--metrics_listen="}),
+      1);
+  EXPECT_NE(RunCommand({MATMUL_SERVER_PATH, "--no_such_flag"}), 0);
+  EXPECT_EQ(RunCommand({MATMUL_SERVER_PATH, "--backend=cpu",
+                        "--listen=unix:/nonexistent-dir/x.sock",
+                        "--metrics_listen="}),
+            1);
+}
+
+}  // namespace
+}  // namespace matmul

@@ -1,0 +1,69 @@
+// An in-process daemon on a fresh unix socket, for tests that need a real
+// server and a real client.
+#ifndef MATMUL_TESTS_TEST_DAEMON_H_
+#define MATMUL_TESTS_TEST_DAEMON_H_
+
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "server/matmul_server.h"
+
+namespace matmul {
+
+// A fresh socket path per call: tests in one binary never share a daemon.
+inline std::string FreshSocketPath() {
+  static std::atomic<int> counter{0};
+  return absl::StrCat(::testing::TempDir(), "/matmul-", getpid(), "-",
+                      counter.fetch_add(1), ".sock");
+}
+
+class TestDaemon {
+ public:
+  // Starts a CPU-backend daemon (metrics not served over HTTP; Scrape()
+  // reads them) and a client connected to it.
+  explicit TestDaemon(ServerOptions options = DefaultOptions()) {
+    socket_ = FreshSocketPath();
+    options.listen = {"unix:" + socket_};
+    options.metrics_listen = "";
+    auto server = MatmulServer::Create(options, CpuBackend::Create());
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (server.ok()) server_ = *std::move(server);
+    ClientOptions client_options;
+    client_options.max_message_bytes = options.limits.max_message_bytes * 2;
+    client_options.wait_for_ready = true;
+    auto client = Client::Create("unix:" + socket_, client_options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    if (client.ok()) client_ = *std::move(client);
+  }
+  ~TestDaemon() {
+    client_.reset();
+    if (server_) server_->Shutdown(absl::Seconds(5));
+    unlink(socket_.c_str());
+  }
+
+  static ServerOptions DefaultOptions() {
+    ServerOptions options;
+    options.executor.worker_threads = 2;
+    return options;
+  }
+
+  Client& client() { return *client_; }
+  MatmulServer& server() { return *server_; }
+  std::string target() const { return "unix:" + socket_; }
+
+ private:
+  std::string socket_;
+  std::unique_ptr<MatmulServer> server_;
+  std::unique_ptr<Client> client_;
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_TESTS_TEST_DAEMON_H_
