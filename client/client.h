@@ -54,6 +54,8 @@ absl::Status FromGrpcStatus(const grpc::Status& status);
 // status_message) into an absl::Status: OK when status_code is 0.
 absl::Status ResponseStatus(const v1::MatmulResponse& response);
 
+// Thread-safe: one Client (one channel, multiplexing HTTP/2 streams) may be
+// shared by any number of threads and outstanding calls.
 class Client {
  public:
   using MatmulCallback =

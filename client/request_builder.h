@@ -107,10 +107,10 @@ struct ProblemSpec {
   bool transpose_a = false;  // A is sent as [K, M]
   bool transpose_b = false;  // B is sent as [N, K] (nn.Linear)
   // Left unset on the wire when unset here (server defaults 1 and 0).
-  std::optional<float> alpha;
-  std::optional<float> beta;
+  std::optional<float> alpha = std::nullopt;
+  std::optional<float> beta = std::nullopt;
   // Left unspecified on the wire when unset (server default: BF16).
-  std::optional<DType> out_dtype;
+  std::optional<DType> out_dtype = std::nullopt;
   // With batch >= 1: send one matrix for the whole batch, shape
   // [batch, ., .] with batch stride 0.
   bool broadcast_a = false;
