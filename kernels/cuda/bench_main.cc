@@ -1,1 +1,352 @@
-int main_placeholder_8019;
+// matmul-bench: TFLOPS of the project's own kernel families, cuBLASLt and
+// the selector's pick on the seed's shapes, measured in one process on the
+// same random data with CUDA events.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/gemm_selector.h"
+#include "kernels/cuda/own_kernels.h"
+#include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, shapes,
+          "5120x11008x2048,5120x2048x11008,5120x2048x2048,5120x512x2048,"
+          "8192x8192x8192,256x4096x4096,16x4096x4096",
+          "Comma-separated MxNxK shapes (optionally BxMxNxK for a batch).");
+ABSL_FLAG(std::string, layouts, "NN,NT",
+          "Comma-separated operand layouts: N = row-major, T = transposed "
+          "(column-major); NT is PyTorch's nn.Linear.");
+ABSL_FLAG(std::string, out_dtype, "bf16", "Output dtype: bf16 or fp32.");
+ABSL_FLAG(int, device, 0, "CUDA device ordinal.");
+ABSL_FLAG(int, repeat, 1,
+          "Run the whole table this many times and report the spread of the "
+          "pick/cuBLASLt ratio across runs.");
+ABSL_FLAG(double, target_ms, 40.0,
+          "Timing budget per candidate in milliseconds (more timed runs, up "
+          "to --max_iterations, while under it).");
+ABSL_FLAG(int, min_iterations, 20, "Least timed runs per candidate.");
+ABSL_FLAG(int, max_iterations, 200, "Most timed runs per candidate.");
+ABSL_FLAG(int, warmup, 5, "Untimed warm-up runs per candidate.");
+ABSL_FLAG(int, max_shared_bytes, 0,
+          "Shared-memory limit for own configs (0: the device's opt-in "
+          "limit; 101376 imposes the GB10's).");
+ABSL_FLAG(std::string, json, "", "Also write every timing as JSON here.");
+ABSL_FLAG(bool, candidates, false,
+          "Print every candidate's time, not just the table.");
+
+namespace matmul::cuda {
+namespace {
+
+struct Shape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  std::string Name() const {
+    return batch == 1 ? absl::StrCat(m, "x", n, "x", k)
+                      : absl::StrCat(batch, "x", m, "x", n, "x", k);
+  }
+};
+
+absl::StatusOr<std::vector<Shape>> ParseShapes(const std::string& text) {
+  std::vector<Shape> shapes;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::vector<std::string> parts = absl::StrSplit(item, 'x');
+    std::vector<int64_t> v;
+    for (const std::string& part : parts) {
+      int64_t x = 0;
+      if (!absl::SimpleAtoi(part, &x) || x < 1) {
+        return absl::InvalidArgumentError(absl::StrCat("bad shape ", item));
+      }
+      v.push_back(x);
+    }
+    if (v.size() == 3) {
+      shapes.push_back({1, v[0], v[1], v[2]});
+    } else if (v.size() == 4) {
+      shapes.push_back({v[0], v[1], v[2], v[3]});
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("bad shape ", item));
+    }
+  }
+  return shapes;
+}
+
+GemmProblem MakeProblem(const Shape& s, char a_layout, char b_layout,
+                        DType dtype) {
+  GemmProblem p;
+  p.batch = s.batch;
+  p.m = s.m;
+  p.n = s.n;
+  p.k = s.k;
+  p.c_dtype = dtype;
+  p.a.strides =
+      a_layout == 'T' ? Strides{s.m * s.k, 1, s.m} : Strides{s.m * s.k, s.k, 1};
+  p.b.strides =
+      b_layout == 'T' ? Strides{s.k * s.n, 1, s.k} : Strides{s.k * s.n, s.n, 1};
+  p.c.strides = {s.m * s.n, s.n, 1};
+  return p;
+}
+
+double Tflops(const GemmProblem& p, double seconds) {
+  return seconds > 0 ? p.flops() / seconds * 1e-12 : 0.0;
+}
+
+const CandidateTiming* Best(const std::vector<CandidateTiming>& timings,
+                            auto predicate) {
+  const CandidateTiming* best = nullptr;
+  for (const CandidateTiming& t : timings) {
+    if (!t.status.ok() || t.iterations == 0 || !predicate(t)) continue;
+    if (best == nullptr || t.median_seconds < best->median_seconds) best = &t;
+  }
+  return best;
+}
+
+struct Row {
+  std::string shape, layout;
+  std::map<std::string, double> family_tflops;  // best of each family
+  std::map<std::string, bool> family_fits;      // that best fits 99 KiB
+  double spark = 0, lt = 0, pick = 0;
+  std::string spark_name, lt_name, pick_name;
+};
+
+std::string Cell(double tflops, double lt) {
+  if (tflops <= 0) return "-";
+  return absl::StrFormat("%.0f (%.2f)", tflops, lt > 0 ? tflops / lt : 0.0);
+}
+
+absl::Status Main() {
+  ASSIGN_OR_RETURN(std::vector<Shape> shapes,
+                   ParseShapes(absl::GetFlag(FLAGS_shapes)));
+  std::vector<std::string> layouts =
+      absl::StrSplit(absl::GetFlag(FLAGS_layouts), ',', absl::SkipEmpty());
+  for (const std::string& l : layouts) {
+    if (l.size() != 2 || (l[0] != 'N' && l[0] != 'T') ||
+        (l[1] != 'N' && l[1] != 'T')) {
+      return absl::InvalidArgumentError(absl::StrCat("bad layout ", l));
+    }
+  }
+  const std::string dtype_name = absl::GetFlag(FLAGS_out_dtype);
+  if (dtype_name != "bf16" && dtype_name != "fp32") {
+    return absl::InvalidArgumentError("--out_dtype must be bf16 or fp32");
+  }
+  const DType dtype = dtype_name == "bf16" ? DType::kBF16 : DType::kFP32;
+  if (CudaDeviceCount() == 0) {
+    return absl::UnavailableError("no CUDA device: nothing to benchmark");
+  }
+
+  SelectorOptions options;
+  options.device = absl::GetFlag(FLAGS_device);
+  options.background_tuning = false;
+  options.max_shared_bytes = absl::GetFlag(FLAGS_max_shared_bytes);
+  options.target_seconds = absl::GetFlag(FLAGS_target_ms) * 1e-3;
+  options.min_iterations = absl::GetFlag(FLAGS_min_iterations);
+  options.max_iterations = absl::GetFlag(FLAGS_max_iterations);
+  options.warmup_iterations = absl::GetFlag(FLAGS_warmup);
+  ASSIGN_OR_RETURN(std::unique_ptr<GemmSelector> selector,
+                   GemmSelector::Create(options));
+  std::vector<std::string> families;
+  for (const OwnKernel& k : OwnKernels()) {
+    if (std::find(families.begin(), families.end(), k.family) ==
+        families.end()) {
+      families.push_back(k.family);
+    }
+  }
+  std::fprintf(stderr, "matmul-bench: %s, own configs %zu (%s), limit %d B\n",
+               selector->environment().c_str(), OwnKernels().size(),
+               HaveOwnKernels() ? "mma built in" : "mma not built",
+               selector->max_shared_bytes());
+
+  nlohmann::json out;
+  out["environment"] = selector->environment();
+  out["max_shared_bytes"] = selector->max_shared_bytes();
+  out["runs"] = nlohmann::json::array();
+  const int repeat = std::max(1, absl::GetFlag(FLAGS_repeat));
+  std::vector<std::vector<Row>> all_rows(repeat);
+
+  for (int r = 0; r < repeat; ++r) {
+    nlohmann::json run = nlohmann::json::array();
+    for (const Shape& shape : shapes) {
+      for (const std::string& layout : layouts) {
+        const GemmProblem p = MakeProblem(shape, layout[0], layout[1], dtype);
+        std::fprintf(stderr, "[%d/%d] %s %s ...\n", r + 1, repeat,
+                     shape.Name().c_str(), layout.c_str());
+        std::vector<CandidateTiming> timings;
+        ASSIGN_OR_RETURN(KernelChoice tuned, selector->Tune(p, &timings));
+        Row row;
+        row.shape = shape.Name();
+        row.layout = layout;
+        for (const std::string& family : families) {
+          const CandidateTiming* best = Best(
+              timings,
+              [&](const CandidateTiming& t) { return t.family == family; });
+          if (best != nullptr) {
+            row.family_tflops[family] = Tflops(p, best->median_seconds);
+            row.family_fits[family] = best->shared_bytes <= kSparkSharedBytes;
+          }
+        }
+        const CandidateTiming* spark =
+            Best(timings, [](const CandidateTiming& t) {
+              return t.family != "cublaslt" &&
+                     t.shared_bytes <= kSparkSharedBytes;
+            });
+        const CandidateTiming* lt = Best(timings, [](const CandidateTiming& t) {
+          return t.family == "cublaslt";
+        });
+        // The pick as the service would run it (Choose), re-timed
+        // interleaved with the best cuBLASLt and Spark candidates so the
+        // ratios compare like with like.
+        ASSIGN_OR_RETURN(KernelChoice pick, selector->Choose(p));
+        std::vector<KernelChoice> final_choices = {pick};
+        if (lt != nullptr) final_choices.push_back(lt->choice);
+        if (spark != nullptr) final_choices.push_back(spark->choice);
+        ASSIGN_OR_RETURN(std::vector<CandidateTiming> final_timings,
+                         selector->TimeChoices(p, final_choices));
+        row.pick = Tflops(p, final_timings[0].median_seconds);
+        row.pick_name = pick.name;
+        if (lt != nullptr) {
+          row.lt = Tflops(p, final_timings[1].median_seconds);
+          row.lt_name = lt->choice.name;
+        }
+        if (spark != nullptr) {
+          row.spark = Tflops(p, final_timings.back().median_seconds);
+          row.spark_name = spark->choice.name;
+        }
+        (void)tuned;
+
+        nlohmann::json entry;
+        entry["shape"] = row.shape;
+        entry["layout"] = layout;
+        entry["flops"] = p.flops();
+        entry["pick"] = {{"kernel", row.pick_name}, {"tflops", row.pick}};
+        entry["cublaslt_best"] = {{"kernel", row.lt_name}, {"tflops", row.lt}};
+        entry["spark_best"] = {{"kernel", row.spark_name},
+                               {"tflops", row.spark}};
+        entry["candidates"] = nlohmann::json::array();
+        for (const CandidateTiming& t : timings) {
+          nlohmann::json c = {
+              {"kernel", t.choice.name},
+              {"family", t.family},
+              {"shared_bytes", t.shared_bytes},
+              {"fits_spark",
+               t.family != "cublaslt" && t.shared_bytes <= kSparkSharedBytes},
+              {"ok", t.status.ok()}};
+          if (t.status.ok()) {
+            c["median_seconds"] = t.median_seconds;
+            c["min_seconds"] = t.min_seconds;
+            c["max_seconds"] = t.max_seconds;
+            c["iterations"] = t.iterations;
+            c["tflops"] = Tflops(p, t.median_seconds);
+          } else {
+            c["error"] = std::string(t.status.message());
+          }
+          entry["candidates"].push_back(c);
+          if (absl::GetFlag(FLAGS_candidates)) {
+            std::fprintf(stderr, "    %-32s %8.1f TFLOPS %s\n",
+                         t.choice.name.c_str(),
+                         t.status.ok() ? Tflops(p, t.median_seconds) : 0.0,
+                         t.status.ok() ? "" : t.status.ToString().c_str());
+          }
+        }
+        run.push_back(entry);
+        all_rows[r].push_back(std::move(row));
+      }
+    }
+    out["runs"].push_back(run);
+  }
+
+  // The table (last run), then the spread over runs.
+  std::string header = absl::StrFormat("%-18s %-3s", "shape", "ab");
+  for (const std::string& f : families) {
+    absl::StrAppendFormat(&header, " %14s", f);
+  }
+  absl::StrAppendFormat(&header, " %14s %8s %14s  %s\n", "spark(<=99K)",
+                        "cublasLt", "pick", "pick kernel");
+  std::printf(
+      "\nTFLOPS (ratio to cuBLASLt). Family cells: best config of the "
+      "family, '*' = it fits the GB10's 99 KiB.\n%s",
+      header.c_str());
+  const std::vector<Row>& rows = all_rows.back();
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& row = rows[i];
+    std::string line = absl::StrFormat("%-18s %-3s", row.shape, row.layout);
+    for (const std::string& f : families) {
+      auto it = row.family_tflops.find(f);
+      std::string cell =
+          it == row.family_tflops.end()
+              ? "-"
+              : Cell(it->second, row.lt) + (row.family_fits.at(f) ? "*" : " ");
+      absl::StrAppendFormat(&line, " %14s", cell);
+    }
+    absl::StrAppendFormat(&line, " %14s %8.0f %14s  %s\n",
+                          Cell(row.spark, row.lt), row.lt,
+                          Cell(row.pick, row.lt), row.pick_name);
+    std::printf("%s", line.c_str());
+  }
+  if (repeat > 1) {
+    std::printf(
+        "\nSpread over %d runs (pick/cuBLASLt and spark/cuBLASLt: "
+        "median [min, max]):\n",
+        repeat);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::vector<double> pick_ratio, spark_ratio;
+      for (int r = 0; r < repeat; ++r) {
+        const Row& row = all_rows[r][i];
+        if (row.lt > 0) {
+          pick_ratio.push_back(row.pick / row.lt);
+          if (row.spark > 0) spark_ratio.push_back(row.spark / row.lt);
+        }
+      }
+      auto summary = [](std::vector<double> v) {
+        if (v.empty()) return std::string("-");
+        std::sort(v.begin(), v.end());
+        return absl::StrFormat("%.3f [%.3f, %.3f]", v[v.size() / 2], v.front(),
+                               v.back());
+      };
+      std::printf("%-18s %-3s pick %s  spark %s\n", rows[i].shape.c_str(),
+                  rows[i].layout.c_str(), summary(pick_ratio).c_str(),
+                  summary(spark_ratio).c_str());
+    }
+  }
+  const std::string json_path = absl::GetFlag(FLAGS_json);
+  if (!json_path.empty()) {
+    std::ofstream file(json_path);
+    file << out.dump(2) << "\n";
+    if (!file.good()) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot write ", json_path));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace matmul::cuda
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Benchmarks BF16 GEMM on the GPU: every own kernel config (best per "
+      "tile family, and the best that fits the DGX Spark's 99 KiB of shared "
+      "memory), cuBLASLt (best of its heuristic top-k, 32 MiB workspace) and "
+      "the selector's pick, in TFLOPS with the ratio to cuBLASLt. Random "
+      "non-zero inputs, rotated when they fit in L2; CUDA events; median of "
+      "many runs after warm-up.\n\nExample:\n  matmul-bench --repeat=3 "
+      "--json=bench.json\n  matmul-bench --shapes=4096x4096x4096 "
+      "--layouts=NT --candidates");
+  absl::ParseCommandLine(argc, argv);
+  absl::Status status = matmul::cuda::Main();
+  if (!status.ok()) {
+    std::fprintf(stderr, "matmul-bench: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -347,10 +347,13 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceLocked(const GemmProblem& p,
   const Classified ca = Classify(p.a.strides, p.m, p.k);
   const Classified cb = Classify(p.b.strides, p.k, p.n);
   const Classified cc = Classify(p.c.strides, p.m, p.n);
-  // Pointer arrays pass through only when all three matrices use them (the
-  // kernels' pointer-array mode); otherwise such operands are gathered.
-  const bool all_pointers = p.a.pointers != nullptr &&
-                            p.b.pointers != nullptr && p.c.pointers != nullptr;
+  // Pointer arrays pass through only when all three matrices use them and
+  // none needs packing (the kernels' pointer-array mode); otherwise such
+  // operands are gathered into dense strided batches.
+  const bool all_pointers =
+      p.a.pointers != nullptr && p.b.pointers != nullptr &&
+      p.c.pointers != nullptr && ca.layout != Layout::kStrided &&
+      cb.layout != Layout::kStrided && cc.layout != Layout::kStrided;
   const bool gather_a = ca.layout == Layout::kStrided ||
                         (p.a.pointers != nullptr && !all_pointers);
   const bool gather_b = cb.layout == Layout::kStrided ||

@@ -82,10 +82,13 @@ class TimingData {
     RETURN_IF_ERROR(CudaStatus(
         cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
         "cudaDeviceGetAttribute(L2CacheSize)"));
-    // Enough copies that a round-robin pass moves about 3x the L2 size.
+    // Enough copies that a round-robin pass moves about 3x the L2 size, and
+    // at least two (memory permitting) so that back-to-back runs never find
+    // the previous run's operands in L2.
     const int64_t wanted =
         (3 * int64_t{l2_bytes} + copy_bytes - 1) / copy_bytes;
-    const int copies = static_cast<int>(std::clamp<int64_t>(wanted, 1, 32));
+    int copies = static_cast<int>(std::clamp<int64_t>(wanted, 2, 32));
+    if (copy_bytes * 2 > (int64_t{2} << 30)) copies = 1;
     for (int i = 0; i < copies; ++i) {
       ASSIGN_OR_RETURN(DeviceBuffer buffer, DeviceBuffer::Create(copy_bytes));
       char* base = static_cast<char*>(buffer.data());
@@ -509,12 +512,14 @@ absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeChoices(
   return timings;
 }
 
-absl::StatusOr<KernelChoice> GemmSelector::Tune(const GemmProblem& problem) {
+absl::StatusOr<KernelChoice> GemmSelector::Tune(
+    const GemmProblem& problem, std::vector<CandidateTiming>* all_timings) {
   std::vector<CandidateTiming> timings;
   {
     std::lock_guard<std::mutex> tune_lock(tune_mu_);
     ASSIGN_OR_RETURN(timings, TimeCandidates(problem));
   }
+  if (all_timings != nullptr) *all_timings = timings;
   const CandidateTiming* best = nullptr;
   for (const CandidateTiming& t : timings) {
     if (!t.status.ok() || t.iterations == 0) continue;

@@ -106,7 +106,10 @@ class GemmSelector {
   // Times every candidate for `problem`'s key now (on private random data;
   // the problem's pointers are not touched), stores the fastest in memory
   // and in the cache file, and returns it. Blocks for the timing.
-  absl::StatusOr<KernelChoice> Tune(const GemmProblem& problem);
+  // When `timings` is given it receives every candidate's timing.
+  absl::StatusOr<KernelChoice> Tune(
+      const GemmProblem& problem,
+      std::vector<CandidateTiming>* timings = nullptr);
 
   // Times the candidates for `problem`'s key on private random data and
   // returns every timing (failures included), fastest pick not stored.

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Builds everything here and packs what the GPU machine needs into bundle/:
+# every test binary, matmul-bench, matmul-tune, matmul-server, matmul-cli
+# (when built), and the shared libraries they need that the GPU machine
+# lacks (abseil, gRPC, protobuf, prometheus-cpp, OpenBLAS, gfortran, ...)
+# into bundle/lib. glibc, libstdc++/libgcc_s (newer there) and the CUDA
+# libraries (CUDA 13.0 is installed there) are left out.
+#
+# Usage: bash tests/gpu/bundle.sh   (then, from the repo root:
+#   run(command="bash tests/gpu/run.sh", carry=["bundle"]))
+# Env: MATMUL_CUDA_ARCHS (default "90a;121a"), JOBS (default 2),
+#      BUILD_DIR (default build-gpu), TARGETS (default: all), SOURCE_DIR
+#      (default: the repo root).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+build=${BUILD_DIR:-build-gpu}
+archs=${MATMUL_CUDA_ARCHS:-90a;121a}
+limit_mib=60
+
+cmake -S "${SOURCE_DIR:-.}" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  "-DCMAKE_CUDA_ARCHITECTURES=$archs" >/dev/null
+# -k 0: one engineer's broken target must not keep the others' binaries
+# off the GPU machine.
+if ! ninja -C "$build" -k 0 -j "${JOBS:-2}" ${TARGETS:-}; then
+  echo "bundle.sh: some targets failed to build; bundling what was built" >&2
+fi
+
+rm -rf bundle
+mkdir -p bundle/lib
+mapfile -t binaries < <(
+  find "$build" -type f -perm -u+x \
+    \( -name '*_test' -o -name 'matmul-bench' -o -name 'matmul-tune' \
+       -o -name 'matmul-server' -o -name 'matmul-cli' \) \
+    -not -path '*/CMakeFiles/*' | sort)
+if [ ${#binaries[@]} -eq 0 ]; then
+  echo "bundle.sh: nothing was built" >&2
+  exit 1
+fi
+for bin in "${binaries[@]}"; do
+  cp "$bin" bundle/
+  strip --strip-unneeded "bundle/$(basename "$bin")"
+done
+
+# Libraries: everything ldd resolves except the system's C runtime and
+# CUDA's own libraries.
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libpthread|libdl\.|librt\.|libresolv|libutil|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libcublasLt|libnvidia|libnvrtc)'
+for bin in "${binaries[@]}"; do
+  ldd "$bin" | awk '/=> \// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  if [[ $name =~ $skip ]]; then continue; fi
+  cp -L "$path" "bundle/lib/$name"
+  strip --strip-unneeded "bundle/lib/$name" 2>/dev/null || true
+done
+
+git -C "$root" rev-parse HEAD >bundle/COMMIT 2>/dev/null || true
+git -C "$root" status --short >>bundle/COMMIT 2>/dev/null || true
+du -sh bundle bundle/lib
+size_kib=$(du -sk bundle | cut -f1)
+ls bundle
+if [ "$size_kib" -gt $((limit_mib * 1024)) ]; then
+  echo "bundle.sh: bundle is $((size_kib / 1024)) MiB, over ${limit_mib} MiB" >&2
+  exit 1
+fi

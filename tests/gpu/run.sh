@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, in the repo root, after tests/gpu/bundle.sh built
+# bundle/ here:  run(command="bash tests/gpu/run.sh", carry=["bundle"])
+# Runs nvidia-smi, every test binary in bundle/, matmul-bench (JSON to
+# $OUT), a matmul-tune smoke run, the PyTorch/seed reference timings, and
+# every tests/gpu/steps/*.sh; logs go under $OUT (few files: the device
+# tool brings back at most 8) and a summary table is printed last.
+# Env: BENCH_REPEAT (3), BENCH_ARGS (extra matmul-bench flags),
+#      TEST_FILTER (gtest filter), SKIP_BENCH=1, SKIP_TORCH=1.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+log=$OUT/run.log
+: >"$log"
+rows=()
+
+step() {  # step NAME TIMEOUT CMD... ; output appended to run.log
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  echo "===== $name: $*" >>"$log"
+  timeout "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  local dt=$((SECONDS - t0))
+  rows+=("$(printf '%-28s rc=%-4s %5ss' "$name" "$rc" "$dt")")
+  return $rc
+}
+
+{
+  echo "commit: $(head -1 bundle/COMMIT 2>/dev/null)"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+} >>"$log" 2>&1
+step nvidia-smi 30 nvidia-smi
+
+# Every test binary; gtest's own summary lines give the counts.
+for t in bundle/*_test; do
+  [ -x "$t" ] || continue
+  name=$(basename "$t")
+  before=$(wc -l <"$log")
+  step "$name" 300 "$t" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER}
+  rc=$?
+  counts=$(tail -n +"$before" "$log" | awk '
+    /^\[  PASSED  \]/ {p=$4} /^\[  FAILED  \] [0-9]+ test/ {f=$4}
+    /^\[  SKIPPED \] [0-9]+ test/ {s=$4}
+    END {printf "passed %s failed %s skipped %s", p+0, f+0, s+0}')
+  rows[-1]="${rows[-1]}  $counts"
+done
+
+if [ -z "${SKIP_BENCH:-}" ] && [ -x bundle/matmul-bench ]; then
+  step matmul-bench 420 bundle/matmul-bench --repeat="${BENCH_REPEAT:-3}" \
+    --json="$OUT/bench.json" ${BENCH_ARGS:-}
+  # The table itself, for the reply's tail and for bench.txt.
+  awk '/^===== matmul-bench/ {on=1; next} /^===== / {on=0} on' "$log" |
+    grep -v '^\[' | grep -v '^matmul-bench:' >"$OUT/bench.txt"
+fi
+if [ -x bundle/matmul-tune ]; then
+  step matmul-tune 120 bundle/matmul-tune --cache="$OUT/tuning.json" \
+    --shapes=5120x2048x2048:NT,256x4096x4096:NN
+fi
+if [ -z "${SKIP_TORCH:-}" ] && command -v python3 >/dev/null; then
+  step torch-reference 300 env PYTHONUNBUFFERED=1 python3 tests/gpu/torch_bench.py \
+    --out "$OUT/torch_bench.txt"
+fi
+for extra in tests/gpu/steps/*.sh; do
+  [ -f "$extra" ] || continue
+  step "$(basename "$extra" .sh)" 300 env OUT="$OUT" bash "$extra"
+done
+
+echo
+[ -f "$OUT/bench.txt" ] && cat "$OUT/bench.txt"
+[ -f "$OUT/torch_bench.txt" ] && cat "$OUT/torch_bench.txt"
+echo
+echo "== failures (first lines) =="
+grep -E '^\[  FAILED  \]|Failure$|error:' "$log" | head -20
+echo
+echo "== summary (full log: \$OUT/run.log) =="
+printf '%s\n' "${rows[@]}"
