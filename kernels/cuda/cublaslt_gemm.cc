@@ -90,15 +90,18 @@ absl::StatusOr<cublasLtMatrixLayout_t> MakeLayout(cudaDataType type,
   auto guard = std::unique_ptr<cublasLtMatrixLayoutOpaque_t,
                                decltype(&cublasLtMatrixLayoutDestroy)>(
       layout, &cublasLtMatrixLayoutDestroy);
+  // Pointer-array mode must be set even for a batch of one: the "matrix"
+  // pointers passed to cublasLtMatmul are then arrays.
+  if (pointer_array) {
+    const uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
+    RETURN_IF_ERROR(LayoutAttr(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE, &mode,
+                               sizeof(mode)));
+  }
   if (batch > 1) {
     const int32_t count = static_cast<int32_t>(batch);
     RETURN_IF_ERROR(LayoutAttr(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
                                &count, sizeof(count)));
-    if (pointer_array) {
-      const uint32_t mode = CUBLASLT_BATCH_MODE_POINTER_ARRAY;
-      RETURN_IF_ERROR(LayoutAttr(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_MODE,
-                                 &mode, sizeof(mode)));
-    } else {
+    if (!pointer_array) {
       RETURN_IF_ERROR(LayoutAttr(layout,
                                  CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                  &batch_stride, sizeof(batch_stride)));

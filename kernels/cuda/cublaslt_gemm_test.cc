@@ -120,21 +120,25 @@ TEST_F(CublasLtGemmTest, BatchesBroadcastAndPadding) {
 }
 
 TEST_F(CublasLtGemmTest, PointerArrays) {
-  ProblemSpec spec;
-  spec.batch = 3;
-  spec.m = 32;
-  spec.n = 48;
-  spec.k = 64;
-  spec.pointer_arrays = true;
-  auto host = MakeHostProblem(spec, rng_);
-  auto device = ::matmul::testing::Upload(host);
-  ASSERT_TRUE(device.ok());
-  auto plan = lt_->GetPlan(device->problem);
-  if (!plan.ok()) {
-    GTEST_SKIP() << "this cuBLASLt offers no pointer-array algorithm: "
-                 << plan.status();
+  // A batch of one too: the arrays must still be read as arrays.
+  for (int64_t batch : {3, 1}) {
+    ProblemSpec spec;
+    spec.batch = batch;
+    spec.m = 32;
+    spec.n = 48;
+    spec.k = 64;
+    spec.b = OperandLayout::kColMajor;
+    spec.pointer_arrays = true;
+    auto host = MakeHostProblem(spec, rng_);
+    auto device = ::matmul::testing::Upload(host);
+    ASSERT_TRUE(device.ok());
+    auto plan = lt_->GetPlan(device->problem);
+    if (!plan.ok()) {
+      GTEST_SKIP() << "this cuBLASLt offers no pointer-array algorithm: "
+                   << plan.status();
+    }
+    CheckAllCandidates(*lt_, spec, rng_);
   }
-  CheckAllCandidates(*lt_, spec, rng_);
 }
 
 TEST_F(CublasLtGemmTest, RandomTails) {

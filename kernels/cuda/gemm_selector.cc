@@ -352,6 +352,14 @@ absl::StatusOr<KernelChoice> GemmSelector::Run(const GemmProblem& problem,
 absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeCandidates(
     const GemmProblem& problem) {
   const GemmProblem canonical = CanonicalProblem(problem);
+  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options_.device));
+  ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
+  ASSIGN_OR_RETURN(
+      TimingData data,
+      TimingData::Create(canonical, options_.device, stream.get()));
+  // Candidates are checked against a real instance: kernels reject null
+  // pointers, and alignment decides some of them.
+  const GemmProblem& probe = data.problem(0);
   std::vector<CandidateTiming> timings;
   if (options_.use_own_kernels) {
     for (const OwnKernel& kernel : OwnKernels()) {
@@ -359,12 +367,12 @@ absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeCandidates(
       t.choice = OwnChoice(kernel);
       t.family = kernel.family;
       t.shared_bytes = kernel.shared_bytes;
-      t.status = OwnCanImplement(canonical, kernel.index, max_shared_bytes_);
+      t.status = OwnCanImplement(probe, kernel.index, max_shared_bytes_);
       timings.push_back(std::move(t));
     }
   }
   if (options_.use_cublaslt) {
-    auto plan = cublaslt_->GetPlan(canonical);
+    auto plan = cublaslt_->GetPlan(probe);
     if (plan.ok()) {
       for (int i = 0; i < (*plan)->algo_count(); ++i) {
         CandidateTiming t;
@@ -380,17 +388,6 @@ absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeCandidates(
       timings.push_back(std::move(t));
     }
   }
-  std::vector<KernelChoice> runnable;
-  for (const CandidateTiming& t : timings) {
-    if (t.status.ok()) runnable.push_back(t.choice);
-  }
-  if (runnable.empty()) return timings;
-
-  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options_.device));
-  ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
-  ASSIGN_OR_RETURN(
-      TimingData data,
-      TimingData::Create(canonical, options_.device, stream.get()));
   DeviceBuffer workspace;
   ASSIGN_OR_RETURN(std::vector<CudaEvent> events,
                    MakeEvents(2 * options_.max_iterations + 2));
@@ -467,7 +464,7 @@ absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeChoices(
   double slowest = 1e-7;
   for (size_t c = 0; c < choices.size(); ++c) {
     timings[c].choice = choices[c];
-    RETURN_IF_ERROR(CanRun(choices[c], canonical));
+    RETURN_IF_ERROR(CanRun(choices[c], data.problem(0)));
     for (int i = 0; i < options_.warmup_iterations; ++i) {
       RETURN_IF_ERROR(RunChoice(choices[c], data.problem(round++), stream.get(),
                                 workspace));
