@@ -1,0 +1,522 @@
+// The mma.sync GEMM kernel: threadblock tile, warp tile, pipeline and
+// epilogue. Private to kernels/mma; the device API is mma_gemm.h.
+//
+// Layout of one pipeline stage in shared memory. Each operand tile is kept
+// in the orientation it has in global memory, so every global load is a
+// 16-byte cp.async of 8 contiguous elements:
+//   K-major operand (A "N", B "T"):  [mn rows][block_k]   -> ldmatrix
+//   MN-major operand (A "T", B "N"): [block_k rows][mn]   -> ldmatrix.trans
+// Rows are split into 16-byte chunks and each 128-byte line's chunks are
+// XOR-permuted by the row index, so that the 8 row addresses of one ldmatrix
+// phase and the 8 chunks of one cp.async phase fall in 8 different 16-byte
+// bank groups: no bank conflicts on either side.
+#ifndef MATMUL_KERNELS_MMA_INTERNAL_MMA_KERNEL_CUH_
+#define MATMUL_KERNELS_MMA_INTERNAL_MMA_KERNEL_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/mma/internal/params.h"
+
+namespace matmul::mma::internal {
+
+template <int kBM_, int kBN_, int kBK_, int kStages_, int kWM_, int kWN_,
+          int kGroupM_>
+struct TileShape {
+  static constexpr int kBM = kBM_;
+  static constexpr int kBN = kBN_;
+  static constexpr int kBK = kBK_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kWM = kWM_;
+  static constexpr int kWN = kWN_;
+  static constexpr int kGroupM = kGroupM_;
+  static constexpr int kThreads = kWM * kWN * 32;
+  static constexpr int kWTM = kBM / kWM;  // warp tile
+  static constexpr int kWTN = kBN / kWN;
+  static constexpr int kMI = kWTM / 16;  // m16 fragments per warp
+  static constexpr int kNJ = kWTN / 8;   // n8 fragments per warp
+  static constexpr int kKSteps = kBK / 16;
+  static constexpr int kStageBytesA = kBM * kBK * 2;
+  static constexpr int kStageBytesB = kBN * kBK * 2;
+  static constexpr int kSharedBytes = (kStageBytesA + kStageBytesB) * kStages;
+  static_assert(kWTM % 16 == 0 && kWTN % 16 == 0, "warp tile of 16x16s");
+  static_assert(kBK % 32 == 0, "block_k >= 32 (64-byte rows) for the swizzle");
+  static_assert(kKSteps >= 2, "the fragment pipeline needs two k-steps");
+};
+
+// The unaligned kernel's tile (see launch.h).
+using FallbackShape = TileShape<64, 64, 32, 2, 2, 2, 8>;
+
+// ---------------------------------------------------------------- PTX ----
+
+__device__ __forceinline__ uint32_t SmemAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global->shared copy; bytes beyond src_bytes (0..16) are zeroed,
+// which is how tails along every dimension become zeros for the MMA.
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src,
+                                          int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
+               "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+__device__ __forceinline__ void StoreShared16(uint32_t dst, uint4 v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+__device__ __forceinline__ void StoreShared2(uint32_t dst, unsigned short v) {
+  asm volatile("st.shared.u16 [%0], %1;\n" ::"r"(dst), "h"(v));
+}
+
+template <bool kTrans>
+__device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], uint32_t addr) {
+  if constexpr (kTrans) {
+    asm volatile(
+        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+        : "r"(addr));
+  } else {
+    asm volatile(
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+        : "r"(addr));
+  }
+}
+
+__device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4],
+                                        const uint32_t (&b)[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ------------------------------------------------------ shared layout ----
+
+// One operand's tile of one stage: kRows rows of kRowBytes bytes.
+template <Major kMajor, int kMN, int kBK>
+struct SmemTile {
+  static constexpr int kRows = kMajor == Major::kK ? kMN : kBK;
+  static constexpr int kRowBytes = (kMajor == Major::kK ? kBK : kMN) * 2;
+  static constexpr int kChunksPerRow = kRowBytes / 16;
+  static_assert(kRowBytes == 64 || kRowBytes % 128 == 0, "row size");
+
+  // Byte offset of 16-byte chunk `chunk` of row `row`. Rows of >= 128 bytes
+  // permute the chunks of each 128-byte line by row % 8; 64-byte rows pair
+  // up into one 128-byte line permuted by (row / 2) % 8.
+  __device__ __forceinline__ static uint32_t Offset(int row, int chunk) {
+    if constexpr (kRowBytes >= 128) {
+      return row * kRowBytes + (((chunk & ~7) | ((chunk ^ row) & 7)) << 4);
+    } else {
+      const int g = row * 4 + chunk;
+      const int line = g >> 3;
+      return (line << 7) + (((g ^ line) & 7) << 4);
+    }
+  }
+};
+
+// ------------------------------------------------------- global loads ----
+
+// Copies one operand's block_k slice (kMN x kBK elements) into a stage,
+// advancing along K on each Advance(). Out-of-range elements become zeros.
+// kVec: 16-byte cp.async (needs 16-byte aligned chunks); otherwise
+// predicated 2-byte loads and 16-byte shared stores, for any alignment.
+template <Major kMajor, int kMN, int kBK, int kThreads, bool kVec>
+struct TileLoader {
+  using Tile = SmemTile<kMajor, kMN, kBK>;
+  static constexpr int kChunks = kMN * kBK / 8;
+  static_assert(kChunks % kThreads == 0, "whole chunks per thread");
+  static_assert(kThreads % Tile::kChunksPerRow == 0, "fixed chunk per thread");
+  static constexpr int kIters = kChunks / kThreads;
+  static constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
+
+  // Kept to four registers (the main loop has ~60 left beside the
+  // accumulators and fragments); the rest is recomputed from threadIdx.
+  const uint16_t* ptr;  // this thread's first chunk at the current k-tile
+  int rows_left;        // stored rows still in range at this k-tile
+  int elems_left;       // elements in range from this thread's chunk start
+
+  __device__ __forceinline__ static int Row0() {
+    return threadIdx.x / Tile::kChunksPerRow;
+  }
+  __device__ __forceinline__ static int Chunk() {
+    return threadIdx.x % Tile::kChunksPerRow;
+  }
+
+  // base: the operand's [0,0] for this batch entry; ld: its non-unit stride;
+  // mn0: first row (A) or column (B) of the block; mn_size: m or n.
+  __device__ __forceinline__ TileLoader(const uint16_t* base, int64_t ld,
+                                        int mn0, int mn_size, int k_size) {
+    if constexpr (kMajor == Major::kK) {
+      // stored rows are m (or n), chunks run along k
+      ptr = base + (static_cast<int64_t>(mn0) + Row0()) * ld + Chunk() * 8;
+      rows_left = mn_size - mn0;
+      elems_left = k_size - Chunk() * 8;
+    } else {
+      // stored rows are k, chunks run along m (or n)
+      ptr = base + static_cast<int64_t>(Row0()) * ld + mn0 + Chunk() * 8;
+      rows_left = k_size;
+      elems_left = mn_size - mn0 - Chunk() * 8;
+    }
+  }
+
+  __device__ __forceinline__ void Advance(int64_t ld) {
+    if constexpr (kMajor == Major::kK) {
+      ptr += kBK;
+      elems_left -= kBK;
+    } else {
+      ptr += kBK * ld;
+      rows_left -= kBK;
+    }
+  }
+
+  __device__ __forceinline__ void Load(uint32_t stage, int64_t ld) const {
+    const int row0 = Row0();
+    const int chunk = Chunk();
+    const int chunk_elems = min(elems_left, 8);
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int row = row0 + i * kRowStep;
+      const bool ok = row < rows_left && chunk_elems > 0;
+      const uint16_t* src = ptr + i * kRowStep * ld;
+      const uint32_t dst = stage + Tile::Offset(row, chunk);
+      if constexpr (kVec) {
+        CpAsync16(dst, ok ? src : ptr, ok ? chunk_elems * 2 : 0);
+      } else {
+        // One element at a time, any alignment.
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          unsigned short v = 0;
+          if (ok && e < chunk_elems) {
+            v = __ldg(reinterpret_cast<const unsigned short*>(src) + e);
+          }
+          StoreShared2(dst + 2 * e, v);
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------- the kernel ----
+
+template <class S, Major kA, Major kB>
+struct Gemm {
+  using TileA = SmemTile<kA, S::kBM, S::kBK>;
+  using TileB = SmemTile<kB, S::kBN, S::kBK>;
+
+  // Fragments of one k16 step: A as m16k16 blocks, B as pairs of n8k16.
+  struct Frags {
+    uint32_t a[S::kMI][4];
+    uint32_t b[S::kNJ][2];
+  };
+
+  // ldmatrix.x4 addresses one 16(mn) x 16(k) block; lane l supplies the
+  // address of row (l & 7) of 8x8 matrix l / 8. Registers come back as
+  // r[j] = (mn half j & 1, k half j >> 1), the m16n8k16 A order.
+  template <Major kMajor, class Tile>
+  __device__ __forceinline__ static uint32_t FragOffset(int mn, int kk,
+                                                        int lane) {
+    if constexpr (kMajor == Major::kK) {
+      return Tile::Offset(mn + (lane & 15), kk * 2 + (lane >> 4));
+    } else {
+      return Tile::Offset(kk * 16 + ((lane >> 4) << 3) + (lane & 7),
+                          (mn >> 3) + ((lane >> 3) & 1));
+    }
+  }
+
+  // Per-thread ldmatrix offsets within a stage, computed once. A K-major
+  // tile's offset for fragment i at step kk is off[kk] + i * 16 rows (moving
+  // 16 rows keeps row % 8, so the swizzle is unchanged); an MN-major tile's
+  // is off[i] + kk * 16 rows. Either way the second term is an immediate,
+  // which keeps the main loop's address registers to a handful.
+  template <Major kMajor, class Tile, int kFrags>
+  struct FragOffsets {
+    static constexpr int kCount = kMajor == Major::kK ? S::kKSteps : kFrags;
+    uint32_t off[kCount];
+    __device__ __forceinline__ FragOffsets(int mn0, int lane) {
+#pragma unroll
+      for (int x = 0; x < kCount; ++x) {
+        off[x] = kMajor == Major::kK
+                     ? FragOffset<kMajor, Tile>(mn0, x, lane)
+                     : FragOffset<kMajor, Tile>(mn0 + 16 * x, 0, lane);
+      }
+    }
+    __device__ __forceinline__ uint32_t Get(int frag, int kk) const {
+      if constexpr (kMajor == Major::kK) {
+        return off[kk] + frag * 16 * Tile::kRowBytes;
+      } else {
+        return off[frag] + kk * 16 * Tile::kRowBytes;
+      }
+    }
+  };
+  using OffsetsA = FragOffsets<kA, TileA, S::kMI>;
+  using OffsetsB = FragOffsets<kB, TileB, S::kNJ / 2>;
+
+  __device__ __forceinline__ static void LoadFrags(Frags& f, uint32_t stage_a,
+                                                   uint32_t stage_b,
+                                                   const OffsetsA& oa,
+                                                   const OffsetsB& ob, int kk) {
+#pragma unroll
+    for (int i = 0; i < S::kMI; ++i) {
+      Ldmatrix4<kA == Major::kMN>(f.a[i], stage_a + oa.Get(i, kk));
+    }
+#pragma unroll
+    for (int j = 0; j < S::kNJ / 2; ++j) {
+      uint32_t r[4];
+      Ldmatrix4<kB == Major::kMN>(r, stage_b + ob.Get(j, kk));
+      f.b[2 * j][0] = r[0];
+      f.b[2 * j][1] = r[2];
+      f.b[2 * j + 1][0] = r[1];
+      f.b[2 * j + 1][1] = r[3];
+    }
+  }
+
+  __device__ __forceinline__ static void Mmas(float (&acc)[S::kMI][S::kNJ][4],
+                                              const Frags& f) {
+#pragma unroll
+    for (int i = 0; i < S::kMI; ++i) {
+#pragma unroll
+      for (int jj = 0; jj < S::kNJ; ++jj) {
+        // serpentine order: consecutive MMAs share an operand
+        const int j = (i % 2) ? S::kNJ - 1 - jj : jj;
+        MmaBf16(acc[i][j], f.a[i], f.b[j]);
+      }
+    }
+  }
+
+  template <bool kVec>
+  __device__ __forceinline__ static void MainLoop(
+      float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, const uint16_t* a,
+      const uint16_t* b, int m0, int n0, uint32_t smem) {
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int wm = (warp / S::kWN) * S::kWTM;
+    const int wn = (warp % S::kWN) * S::kWTN;
+
+    TileLoader<kA, S::kBM, S::kBK, S::kThreads, kVec> load_a(a, p.lda, m0, p.m,
+                                                             p.k);
+    TileLoader<kB, S::kBN, S::kBK, S::kThreads, kVec> load_b(b, p.ldb, n0, p.n,
+                                                             p.k);
+    const uint32_t smem_b = smem + S::kStages * S::kStageBytesA;
+    const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
+
+    // Prologue: stages 0 .. kStages-2 in flight.
+#pragma unroll
+    for (int s = 0; s < S::kStages - 1; ++s) {
+      if (s < k_tiles) {
+        load_a.Load(smem + s * S::kStageBytesA, p.lda);
+        load_b.Load(smem_b + s * S::kStageBytesB, p.ldb);
+        load_a.Advance(p.lda);
+        load_b.Advance(p.ldb);
+      }
+      CpAsyncCommit();
+    }
+    CpAsyncWait<S::kStages - 2>();
+    __syncthreads();
+
+    const OffsetsA offs_a(wm, lane);
+    const OffsetsB offs_b(wn, lane);
+    Frags frags[2];
+    int read = 0;
+    int write = S::kStages - 1;
+    LoadFrags(frags[0], smem, smem_b, offs_a, offs_b, 0);
+
+    for (int kt = 0; kt < k_tiles; ++kt) {
+#pragma unroll
+      for (int kk = 0; kk < S::kKSteps; ++kk) {
+        if (kk == S::kKSteps - 1) {
+          // The next stage must have landed, and every warp must be done
+          // with the stage that the next cp.async batch overwrites.
+          CpAsyncWait<S::kStages - 2>();
+          __syncthreads();
+          read = (read + 1 == S::kStages) ? 0 : read + 1;
+        }
+        const int next = (kk + 1) % S::kKSteps;
+        LoadFrags(frags[(kk + 1) % 2], smem + read * S::kStageBytesA,
+                  smem_b + read * S::kStageBytesB, offs_a, offs_b, next);
+        if (kk == 0) {
+          // Issue the loads of k-tile kt + kStages - 1 before this tile's
+          // MMAs, into the stage consumed during k-tile kt - 1.
+          if (kt + S::kStages - 1 < k_tiles) {
+            load_a.Load(smem + write * S::kStageBytesA, p.lda);
+            load_b.Load(smem_b + write * S::kStageBytesB, p.ldb);
+            load_a.Advance(p.lda);
+            load_b.Advance(p.ldb);
+          }
+          CpAsyncCommit();
+          write = (write + 1 == S::kStages) ? 0 : write + 1;
+        }
+        Mmas(acc, frags[kk % 2]);
+      }
+    }
+    CpAsyncWait<0>();
+  }
+
+  // alpha * acc + beta * C -> C, straight from the accumulator fragments:
+  // each thread owns pairs of adjacent columns, stored as one 4- or 8-byte
+  // access when C's alignment allows.
+  template <typename T>
+  __device__ __forceinline__ static void Epilogue(
+      const float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, T* c,
+      int m0, int n0) {
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int row0 = m0 + (warp / S::kWN) * S::kWTM + (lane >> 2);
+    const int col0 = n0 + (warp % S::kWN) * S::kWTN + (lane & 3) * 2;
+    const bool pairs = (p.ldc % 2 == 0) &&
+                       (reinterpret_cast<uintptr_t>(c) % (2 * sizeof(T)) == 0);
+    const bool read_c = p.beta != 0.0f;
+#pragma unroll
+    for (int i = 0; i < S::kMI; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + i * 16 + h * 8;
+        if (row >= p.m) continue;
+        T* crow = c + static_cast<int64_t>(row) * p.ldc;
+#pragma unroll
+        for (int j = 0; j < S::kNJ; ++j) {
+          const int col = col0 + j * 8;
+          float v0 = p.alpha * acc[i][j][2 * h];
+          float v1 = p.alpha * acc[i][j][2 * h + 1];
+          if (pairs && col + 1 < p.n) {
+            if constexpr (sizeof(T) == 4) {
+              float2* dst = reinterpret_cast<float2*>(crow + col);
+              if (read_c) {
+                const float2 old = *dst;
+                v0 += p.beta * old.x;
+                v1 += p.beta * old.y;
+              }
+              *dst = make_float2(v0, v1);
+            } else {
+              __nv_bfloat162* dst =
+                  reinterpret_cast<__nv_bfloat162*>(crow + col);
+              if (read_c) {
+                const float2 old = __bfloat1622float2(*dst);
+                v0 += p.beta * old.x;
+                v1 += p.beta * old.y;
+              }
+              *dst = __floats2bfloat162_rn(v0, v1);
+            }
+          } else {
+            if (col < p.n) Store1(crow + col, v0, p.beta, read_c);
+            if (col + 1 < p.n) Store1(crow + col + 1, v1, p.beta, read_c);
+          }
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ static void Store1(float* dst, float v, float beta,
+                                                bool read_c) {
+    *dst = read_c ? v + beta * *dst : v;
+  }
+  __device__ __forceinline__ static void Store1(__nv_bfloat16* dst, float v,
+                                                float beta, bool read_c) {
+    *dst = __float2bfloat16_rn(read_c ? v + beta * __bfloat162float(*dst) : v);
+  }
+};
+
+// Tile coordinates of block-tile `pid` under GROUP_M rasterization (as the
+// seed): blocks walk groups of kGroupM tile rows column by column, so that
+// neighbours share A rows and B columns in L2.
+template <class S>
+__device__ __forceinline__ void TileOrigin(const KernelParams& p, int pid,
+                                           int& m0, int& n0) {
+  const int in_group = S::kGroupM * p.tiles_n;
+  const int group = pid / in_group;
+  const int first_m = group * S::kGroupM;
+  const int group_rows = min(p.tiles_m - first_m, S::kGroupM);
+  m0 = (first_m + (pid % in_group) % group_rows) * S::kBM;
+  n0 = ((pid % in_group) / group_rows) * S::kBN;
+}
+
+__device__ __forceinline__ const uint16_t* EntryA(const KernelParams& p,
+                                                  int batch) {
+  return p.a_ptrs ? static_cast<const uint16_t*>(p.a_ptrs[batch])
+                  : p.a + batch * p.a_batch;
+}
+__device__ __forceinline__ const uint16_t* EntryB(const KernelParams& p,
+                                                  int batch) {
+  return p.b_ptrs ? static_cast<const uint16_t*>(p.b_ptrs[batch])
+                  : p.b + batch * p.b_batch;
+}
+__device__ __forceinline__ void* EntryC(const KernelParams& p, int batch) {
+  return p.c_ptrs
+             ? p.c_ptrs[batch]
+             : static_cast<char*>(p.c) + batch * p.c_batch * (p.c_fp32 ? 4 : 2);
+}
+
+template <class S, Major kA, Major kB, bool kVec>
+__device__ __forceinline__ void GemmTile(const KernelParams& p, int pid,
+                                         uint32_t smem) {
+  using G = Gemm<S, kA, kB>;
+  float acc[S::kMI][S::kNJ][4];
+#pragma unroll
+  for (int i = 0; i < S::kMI; ++i)
+#pragma unroll
+    for (int j = 0; j < S::kNJ; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  {
+    int m0, n0;
+    TileOrigin<S>(p, pid, m0, n0);
+    G::template MainLoop<kVec>(acc, p, EntryA(p, blockIdx.y),
+                               EntryB(p, blockIdx.y), m0, n0, smem);
+  }
+  // Recomputed rather than kept live through the main loop: registers are
+  // what limits these tiles.
+  int m0, n0;
+  TileOrigin<S>(p, pid, m0, n0);
+  void* c = EntryC(p, blockIdx.y);
+  if (p.c_fp32) {
+    G::Epilogue(acc, p, static_cast<float*>(c), m0, n0);
+  } else {
+    G::Epilogue(acc, p, static_cast<__nv_bfloat16*>(c), m0, n0);
+  }
+}
+
+// kVec: the fast kernel (16-byte cp.async), one block per tile. Blocks
+// whose batch entry has a misaligned A or B base (possible only with
+// pointer arrays) return at once without writing; the !kVec kernel,
+// launched after it, covers exactly those entries (all entries when the
+// leading dimensions are misaligned). Keeping the two loaders in separate
+// kernels keeps the fast one's registers free. The !kVec kernel loops over
+// tiles with a grid stride so that the fix-up launch can be a handful of
+// blocks per batch entry.
+template <class S, Major kA, Major kB, bool kVec>
+__global__ void __launch_bounds__(S::kThreads, 1)
+    GemmKernel(const __grid_constant__ KernelParams p) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const bool aligned =
+      p.ld_aligned && ((reinterpret_cast<uintptr_t>(EntryA(p, blockIdx.y)) |
+                        reinterpret_cast<uintptr_t>(EntryB(p, blockIdx.y))) &
+                       15) == 0;
+  if (aligned != kVec) return;
+  const uint32_t smem_base = SmemAddress(smem);
+  if constexpr (kVec) {
+    GemmTile<S, kA, kB, kVec>(p, blockIdx.x, smem_base);
+  } else {
+    const int tiles = p.tiles_m * p.tiles_n;
+    for (int pid = blockIdx.x; pid < tiles; pid += gridDim.x) {
+      GemmTile<S, kA, kB, kVec>(p, pid, smem_base);
+      __syncthreads();  // the next tile reuses shared memory
+    }
+  }
+}
+
+}  // namespace matmul::mma::internal
+
+#endif  // MATMUL_KERNELS_MMA_INTERNAL_MMA_KERNEL_CUH_

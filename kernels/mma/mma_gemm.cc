@@ -1,0 +1,234 @@
+#include "kernels/mma/mma_gemm.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/mma/internal/configs.h"
+#include "kernels/mma/internal/launch.h"
+#include "kernels/mma/internal/params.h"
+
+namespace matmul::mma {
+namespace {
+
+using internal::KernelParams;
+using internal::kNumConfigs;
+using internal::LaunchFn;
+
+// The grid's y dimension carries the batch.
+constexpr int64_t kMaxBatch = 65535;
+
+int ConfigIndex(const TileConfig& c) {
+  const auto& all = AllConfigs();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i] == c) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// 'N' (unit column stride), 'T' (unit row stride) or 0 for anything else.
+// A 1-wide operand may have both unit strides; 'N' wins, as in ShapeName.
+char Layout(const Strides& s) {
+  if (s.col == 1) return 'N';
+  if (s.row == 1) return 'T';
+  return 0;
+}
+
+int64_t LeadingDim(const Strides& s, char layout) {
+  return layout == 'N' ? s.row : s.col;
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+absl::Status CheckOperand(const char* name, const InputMatrix& x,
+                          int64_t batch) {
+  if (x.pointers == nullptr && x.data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": null data pointer and no pointer array"));
+  }
+  const char layout = Layout(x.strides);
+  if (layout == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, ": strides (row ", x.strides.row, ", col ", x.strides.col,
+        ") unsupported; expected row == 1 or col == 1 (pack the operand)"));
+  }
+  if (LeadingDim(x.strides, layout) < 0 ||
+      (x.pointers == nullptr && batch > 1 && x.strides.batch < 0)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, ": negative strides unsupported"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string TileConfig::Name() const {
+  return absl::StrCat("mma_", block_m, "x", block_n, "x", block_k, "_s", stages,
+                      "_w", warps_m, "x", warps_n);
+}
+
+int TileConfig::SharedBytes() const {
+  return (block_m + block_n) * block_k * 2 * stages;
+}
+
+const std::vector<TileConfig>& AllConfigs() {
+  static const std::vector<TileConfig> configs = {
+#define MATMUL_MMA_TILE(bm, bn, bk, st, wm, wn, gm) \
+  TileConfig{bm, bn, bk, st, wm, wn, gm},
+      MATMUL_MMA_CONFIGS(MATMUL_MMA_TILE)
+#undef MATMUL_MMA_TILE
+  };
+  return configs;
+}
+
+absl::Status CanImplement(const GemmProblem& p, const TileConfig& c,
+                          int max_shared_bytes) {
+  if (ConfigIndex(c) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown tile config ", c.Name()));
+  }
+  if (p.m < 1 || p.n < 1 || p.k < 1 || p.batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("m, n, k and batch must be >= 1; got m=", p.m, " n=", p.n,
+                     " k=", p.k, " batch=", p.batch));
+  }
+  if (p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("m, n and k must be < 2^31; got ", ShapeName(p)));
+  }
+  if (p.batch > kMaxBatch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "batch ", p.batch, " exceeds ", kMaxBatch, " (split the batch)"));
+  }
+  if (CeilDiv(p.m, c.block_m) * CeilDiv(p.n, c.block_n) > INT_MAX) {
+    return absl::FailedPreconditionError("too many tiles for one grid");
+  }
+  if (c.SharedBytes() > max_shared_bytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(c.Name(), " needs ", c.SharedBytes(),
+                     " bytes of shared memory per block; the device allows ",
+                     max_shared_bytes));
+  }
+  if (auto s = CheckOperand("A", p.a, p.batch); !s.ok()) return s;
+  if (auto s = CheckOperand("B", p.b, p.batch); !s.ok()) return s;
+  if (p.c.pointers == nullptr && p.c.data == nullptr) {
+    return absl::InvalidArgumentError(
+        "C: null data pointer and no pointer array");
+  }
+  if (p.c.strides.col != 1 || p.c.strides.row < 0 ||
+      (p.c.pointers == nullptr && p.batch > 1 && p.c.strides.batch < 0)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "C: strides (row ", p.c.strides.row, ", col ", p.c.strides.col,
+        ") unsupported; expected col == 1 and row >= 0"));
+  }
+  return absl::OkStatus();
+}
+
+size_t WorkspaceBytes(const GemmProblem&, const TileConfig&) { return 0; }
+
+int MaxSharedBytesOptin(int device) {
+  static std::array<std::atomic<int>, 64> cache{};
+  if (device >= 0 && device < 64) {
+    if (int v = cache[device].load(std::memory_order_relaxed); v > 0) return v;
+  }
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                             device) != cudaSuccess) {
+    cudaGetLastError();  // do not leave the failure for the next caller
+    return 0;
+  }
+  if (device >= 0 && device < 64) cache[device].store(value);
+  return value;
+}
+
+absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
+                 void* /*workspace*/) {
+  int device = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cudaGetDevice: ", cudaGetErrorString(err)));
+  }
+  if (auto s = CanImplement(p, c, MaxSharedBytesOptin(device)); !s.ok()) {
+    return s;
+  }
+  const char la = Layout(p.a.strides);
+  const char lb = Layout(p.b.strides);
+  KernelParams k{};
+  k.a = static_cast<const uint16_t*>(p.a.data);
+  k.b = static_cast<const uint16_t*>(p.b.data);
+  k.c = p.c.data;
+  k.a_ptrs = p.a.pointers;
+  k.b_ptrs = p.b.pointers;
+  k.c_ptrs = p.c.pointers;
+  // A broadcast (or single) operand has batch stride 0 either way.
+  k.a_batch = p.batch > 1 ? p.a.strides.batch : 0;
+  k.b_batch = p.batch > 1 ? p.b.strides.batch : 0;
+  k.c_batch = p.batch > 1 ? p.c.strides.batch : 0;
+  k.lda = LeadingDim(p.a.strides, la);
+  k.ldb = LeadingDim(p.b.strides, lb);
+  k.ldc = p.c.strides.row;
+  k.m = static_cast<int>(p.m);
+  k.n = static_cast<int>(p.n);
+  k.k = static_cast<int>(p.k);
+  k.tiles_m = static_cast<int>(CeilDiv(p.m, c.block_m));
+  k.tiles_n = static_cast<int>(CeilDiv(p.n, c.block_n));
+  k.alpha = p.alpha;
+  k.beta = p.beta;
+  k.c_fp32 = p.c_dtype == DType::kFP32;
+  // 16-byte chunks of a row stay aligned only if every row start is: the
+  // leading dimension and (strided mode) the batch stride are multiples of
+  // 8 elements. Base pointers are checked per block on the device.
+  k.ld_aligned = k.lda % 8 == 0 && k.ldb % 8 == 0 && k.a_batch % 8 == 0 &&
+                 k.b_batch % 8 == 0;
+
+  const bool a_n = la == 'N';
+  const bool b_n = lb == 'N';
+  const LaunchFn* table =
+      a_n ? (b_n ? internal::kLaunchNN : internal::kLaunchNT)
+          : (b_n ? internal::kLaunchTN : internal::kLaunchTT);
+  const LaunchFn fallback =
+      a_n ? (b_n ? internal::kFallbackNN : internal::kFallbackNT)
+          : (b_n ? internal::kFallbackTN : internal::kFallbackTT);
+  const unsigned batch = static_cast<unsigned>(p.batch);
+  const bool pointer_arrays =
+      p.a.pointers != nullptr || p.b.pointers != nullptr;
+  const bool bases_aligned =
+      (p.a.pointers != nullptr ||
+       reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0) &&
+      (p.b.pointers != nullptr ||
+       reinterpret_cast<uintptr_t>(p.b.data) % 16 == 0);
+
+  auto launch_error = [&](const char* what, cudaError_t err) {
+    return absl::InternalError(absl::StrCat("launch of ", what, " for ",
+                                            ShapeName(p), ": ",
+                                            cudaGetErrorString(err)));
+  };
+  // The fast kernel, unless the host can already see that no batch entry is
+  // aligned.
+  if (k.ld_aligned && bases_aligned) {
+    const LaunchFn fast = table[ConfigIndex(c)];
+    const dim3 grid(k.tiles_m * k.tiles_n, batch);
+    if (cudaError_t err = fast(k, grid, stream); err != cudaSuccess) {
+      return launch_error(c.Name().c_str(), err);
+    }
+    // With pointer arrays, entries whose bases turn out misaligned were
+    // skipped by the fast kernel: a small fix-up launch (a few blocks per
+    // entry, each returning at once for aligned entries) covers them.
+    if (!pointer_arrays) return absl::OkStatus();
+  }
+  k.tiles_m = static_cast<int>(CeilDiv(p.m, internal::kFallbackBlockM));
+  k.tiles_n = static_cast<int>(CeilDiv(p.n, internal::kFallbackBlockN));
+  if (!bases_aligned) k.ld_aligned = 0;  // every entry takes the slow path
+  const int tiles = k.tiles_m * k.tiles_n;
+  const dim3 grid(k.ld_aligned ? std::min(tiles, 4) : tiles, batch);
+  if (cudaError_t err = fallback(k, grid, stream); err != cudaSuccess) {
+    return launch_error("the unaligned fallback kernel", err);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace matmul::mma
