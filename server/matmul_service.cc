@@ -37,6 +37,11 @@ void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
     metrics_.RequestFinished();
     std::move(done)(std::move(status));
   };
+  if (absl::FromChrono(context->deadline()) <= accepted) {
+    finish(absl::DeadlineExceededError(
+        "the request's deadline had passed when it arrived"));
+    return;
+  }
   absl::StatusOr<MatmulPlan> plan = ValidateRequest(*request, limits_);
   if (!plan.ok()) {
     finish(plan.status());

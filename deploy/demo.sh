@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The demo: install what is missing, build, start the daemon on the default
+# backend (CUDA when a GPU is present, else CPU), run a checked product
+# through the CLI, show the metrics, stop the daemon.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+deploy/install_deps.sh
+deploy/build.sh
+socket=$(mktemp -u /tmp/matmul-demo-XXXX.sock)
+metrics=127.0.0.1:9466
+build/server/matmul-server --listen="unix:$socket" --metrics_listen="$metrics" &
+server=$!
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true; rm -f "$socket"' EXIT
+echo "== matmul-cli info"
+build/client/matmul-cli info --target="unix:$socket"
+echo "== matmul-cli run --shape 127x255x63 --check"
+build/client/matmul-cli run --target="unix:$socket" --shape=127x255x63 --check
+echo "== matmul-cli run --shape 256x256x256 --iterations 20"
+build/client/matmul-cli run --target="unix:$socket" --shape=256x256x256 --iterations=20
+echo "== metrics (http://$metrics/metrics)"
+curl -s "http://$metrics/metrics" | grep -E '^matmul_(requests_total|flops_total|request_duration_seconds_count)'
