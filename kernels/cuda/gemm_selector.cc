@@ -486,7 +486,11 @@ absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeChoices(
     events.push_back(std::move(e));
   }
   for (int i = 0; i < iterations; ++i) {
-    for (size_t c = 0; c < choices.size(); ++c) {
+    // Each round starts with a different choice: a kernel's time depends a
+    // little (about 2% on an H200) on what ran just before it (clocks,
+    // power), and a fixed order would hand that bias to one choice.
+    for (size_t slot = 0; slot < choices.size(); ++slot) {
+      const size_t c = (slot + i) % choices.size();
       RETURN_IF_ERROR(events[c][2 * i].Record(stream.get()));
       RETURN_IF_ERROR(RunChoice(choices[c], data.problem(round++), stream.get(),
                                 workspace));

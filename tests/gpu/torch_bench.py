@@ -62,7 +62,7 @@ def main():
                 b = torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
             flops = 2.0 * m * n * k
             ms = triton.testing.do_bench(lambda: torch.matmul(a, b),
-                                         warmup=50, rep=200,
+                                         warmup=25, rep=100,
                                          return_mode="median")
             torch_tflops = flops / ms * 1e-9
             seed_cell = "-"
@@ -71,7 +71,7 @@ def main():
                 out = seed_call(seed, a, b).float()
                 err = ((out - ref).norm() / ref.norm()).item()
                 ms = triton.testing.do_bench(lambda: seed_call(seed, a, b),
-                                             warmup=50, rep=200,
+                                             warmup=25, rep=100,
                                              return_mode="median")
                 seed_cell = "%.0f" % (flops / ms * 1e-9)
                 if err > 1e-2:
