@@ -10,6 +10,8 @@
 #    that each cubin's SASS contains HMMA.16816.F32.BF16.
 #   check_spark_build.sh --sass-only DIR   runs step 2 on existing cubins.
 set -euo pipefail
+# Resolve the cubin folder before changing directory.
+[[ "${1:-}" == "--sass-only" ]] && SASS_DIR=$(cd "$2" && pwd)
 cd "$(dirname "$0")/../.."
 LIMIT=101376
 
@@ -24,7 +26,7 @@ sass_check() {
     local n
     n=$(cuobjdump --dump-sass "$cubin" | grep -c 'HMMA.16816.F32.BF16' || true)
     local arch
-    arch=$(cuobjdump --dump-sass "$cubin" | grep -m1 -o 'arch = sm_[0-9a-z]*' || true)
+    arch=$(cuobjdump --dump-sass "$cubin" | grep -m1 -oE 'sm_[0-9]+a?' || true)
     echo "SASS $(basename "$cubin"): ${arch:-?}, $n HMMA.16816.F32.BF16"
     [[ $n -gt 0 ]] || fail=1
   done
@@ -32,7 +34,7 @@ sass_check() {
 }
 
 if [[ "${1:-}" == "--sass-only" ]]; then
-  sass_check "$2"
+  sass_check "$SASS_DIR"
   exit $?
 fi
 

@@ -9,7 +9,8 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
 cmake --build "$BUILD" --target mma_gemm_test mma_bench
 rm -rf bundle-mma && mkdir -p bundle-mma/lib bundle-mma/cubins
 cp "$BUILD/kernels/mma/mma_gemm_test" "$BUILD/kernels/mma/mma_bench" \
-  kernels/mma/check_spark_build.sh kernels/mma/run_h200.sh bundle-mma/
+  kernels/mma/check_spark_build.sh kernels/mma/run_h200.sh \
+  kernels/mma/profile_h200.sh bundle-mma/
 # abseil (and anything else not CUDA or glibc) travels; CUDA is there.
 ldd bundle-mma/mma_gemm_test bundle-mma/mma_bench | awk '/=>/ {print $3}' |
   grep -v -E 'libcuda|libcublas|libcudart|libc\.so|libm\.so|libstdc|libgcc|ld-linux|libpthread|libdl|librt' |

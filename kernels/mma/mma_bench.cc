@@ -132,6 +132,10 @@ struct LtGemm {
 
 }  // namespace
 
+namespace matmul::mma {
+double MeasureMmaPeakTflops(int blocks_per_sm);  // mma_peak.cu
+}
+
 int main(int argc, char** argv) {
   int iters = 30;
   std::string filter;
@@ -160,6 +164,12 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs, smem optin %d\n", prop.name,
               prop.multiProcessorCount,
               matmul::mma::MaxSharedBytesOptin(device));
+
+  for (int blocks : {1, 2, 4}) {
+    std::printf(
+        "mma.sync m16n8k16 BF16 ceiling, %d x 8 warps/SM: %.1f TFLOP/s\n",
+        blocks, matmul::mma::MeasureMmaPeakTflops(blocks));
+  }
 
   struct Row {
     std::string shape;

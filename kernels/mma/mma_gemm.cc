@@ -56,6 +56,13 @@ absl::Status CheckOperand(const char* name, const InputMatrix& x,
         name, ": strides (row ", x.strides.row, ", col ", x.strides.col,
         ") unsupported; expected row == 1 or col == 1 (pack the operand)"));
   }
+  // The kernel's full-tile loads address a tile's rows with 32-bit byte
+  // offsets (up to 64 rows apart).
+  if (LeadingDim(x.strides, layout) >= (int64_t{1} << 24)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, ": leading dimension ", LeadingDim(x.strides, layout),
+        " too large; expected < 2^24 elements"));
+  }
   if (LeadingDim(x.strides, layout) < 0 ||
       (x.pointers == nullptr && batch > 1 && x.strides.batch < 0)) {
     return absl::FailedPreconditionError(

@@ -15,6 +15,8 @@ grep -E "^\s+mma_|PASSED|FAILED|SKIPPED \]|tests ran" "$OUT/test.log" | tail -40
 echo "== bench"
 timeout 200 "$B/mma_bench" "$@" >"$OUT/bench.log" 2>&1
 echo "bench rc=$?"
+timeout 200 "$B/mma_bench" "$@" >"$OUT/bench2.log" 2>&1
+echo "bench rc=$?"
 cat "$OUT/bench.log" | tail -60
 echo "== sass"
 PATH=/usr/local/cuda/bin:$PATH bash "$B/check_spark_build.sh" --sass-only "$B/cubins" 2>&1 | tee "$OUT/sass.log"

@@ -62,6 +62,10 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src,
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst),
                "l"(src), "r"(src_bytes));
 }
+__device__ __forceinline__ void CpAsync16Full(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst),
+               "l"(src));
+}
 __device__ __forceinline__ void CpAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -89,6 +93,23 @@ __device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile(
         "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
         : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+        : "r"(addr));
+  }
+}
+
+// The same, returning registers 0-1 and 2-3 as two pairs.
+template <bool kTrans>
+__device__ __forceinline__ void Ldmatrix4x2(uint32_t (&lo)[2],
+                                            uint32_t (&hi)[2], uint32_t addr) {
+  if constexpr (kTrans) {
+    asm volatile(
+        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(lo[0]), "=r"(lo[1]), "=r"(hi[0]), "=r"(hi[1])
+        : "r"(addr));
+  } else {
+    asm volatile(
+        "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+        : "=r"(lo[0]), "=r"(lo[1]), "=r"(hi[0]), "=r"(hi[1])
         : "r"(addr));
   }
 }
@@ -181,29 +202,62 @@ struct TileLoader {
     }
   }
 
+  // Tiles wholly in range (every k-tile but a ragged last one, in blocks
+  // away from the M/N edges) skip all predicates and size operands: chunk
+  // i's source is one IMAD.WIDE from the thread's pointer (CanImplement
+  // keeps kRowStep * ld * 2 bytes under 2^32) and its destination an
+  // immediate offset. This halves the main loop's non-MMA instructions.
+  __device__ __forceinline__ void LoadFull(uint32_t stage, int64_t ld) const {
+    static_assert(kVec, "the full-tile path is the 16-byte one");
+    const int row0 = Row0();
+    const int chunk = Chunk();
+    const uint32_t step_bytes = static_cast<uint32_t>(kRowStep * ld * 2);
+    constexpr bool kLinear =
+        Tile::kRowBytes >= 128 ? kRowStep % 8 == 0 : kRowStep % 16 == 0;
+    const uint32_t dst0 = stage + Tile::Offset(row0, chunk);
+    const char* base = reinterpret_cast<const char*>(ptr);
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const uint32_t dst =
+          kLinear ? dst0 + i * kRowStep * Tile::kRowBytes
+                  : stage + Tile::Offset(row0 + i * kRowStep, chunk);
+      CpAsync16Full(dst, base + static_cast<uint64_t>(i) * step_bytes);
+    }
+  }
+
   __device__ __forceinline__ void Load(uint32_t stage, int64_t ld) const {
     const int row0 = Row0();
     const int chunk = Chunk();
-    const int chunk_elems = min(elems_left, 8);
+    const int chunk_elems = min(max(elems_left, 0), 8);
+    const int64_t step = static_cast<int64_t>(kRowStep) * ld;
+    // Moving kRowStep rows keeps the swizzle key when it is a multiple of 8
+    // rows (16 for 64-byte rows): then chunk i's offset is an immediate.
+    constexpr bool kLinear =
+        Tile::kRowBytes >= 128 ? kRowStep % 8 == 0 : kRowStep % 16 == 0;
+    const uint32_t dst0 = stage + Tile::Offset(row0, chunk);
+    const uint16_t* src = ptr;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int row = row0 + i * kRowStep;
-      const bool ok = row < rows_left && chunk_elems > 0;
-      const uint16_t* src = ptr + i * kRowStep * ld;
-      const uint32_t dst = stage + Tile::Offset(row, chunk);
+      const uint32_t dst = kLinear ? dst0 + i * kRowStep * Tile::kRowBytes
+                                   : stage + Tile::Offset(row, chunk);
+      const int bytes = row < rows_left ? chunk_elems * 2 : 0;
       if constexpr (kVec) {
-        CpAsync16(dst, ok ? src : ptr, ok ? chunk_elems * 2 : 0);
+        // With 0 bytes nothing is read (the address may be out of range)
+        // and the 16 bytes are zero-filled.
+        CpAsync16(dst, src, bytes);
       } else {
         // One element at a time, any alignment.
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
           unsigned short v = 0;
-          if (ok && e < chunk_elems) {
+          if (2 * e < bytes) {
             v = __ldg(reinterpret_cast<const unsigned short*>(src) + e);
           }
           StoreShared2(dst + 2 * e, v);
         }
       }
+      src += step;
     }
   }
 };
@@ -222,16 +276,21 @@ struct Gemm {
   };
 
   // ldmatrix.x4 addresses one 16(mn) x 16(k) block; lane l supplies the
-  // address of row (l & 7) of 8x8 matrix l / 8. Registers come back as
-  // r[j] = (mn half j & 1, k half j >> 1), the m16n8k16 A order.
-  template <Major kMajor, class Tile>
+  // address of row (l & 7) of 8x8 matrix q = l / 8. For A the matrices are
+  // ordered (mn half q & 1, k half q >> 1), the m16n8k16 A fragment order;
+  // for B (kBOrder) (mn half q >> 1, k half q & 1), so that registers 0-1
+  // and 2-3 are ready-made (b0, b1) pairs of two n8 fragments: no moves.
+  template <Major kMajor, class Tile, bool kBOrder>
   __device__ __forceinline__ static uint32_t FragOffset(int mn, int kk,
                                                         int lane) {
+    const int q = lane >> 3;
+    const int r = lane & 7;
+    const int mn_half = kBOrder ? (q >> 1) : (q & 1);
+    const int k_half = kBOrder ? (q & 1) : (q >> 1);
     if constexpr (kMajor == Major::kK) {
-      return Tile::Offset(mn + (lane & 15), kk * 2 + (lane >> 4));
+      return Tile::Offset(mn + mn_half * 8 + r, kk * 2 + k_half);
     } else {
-      return Tile::Offset(kk * 16 + ((lane >> 4) << 3) + (lane & 7),
-                          (mn >> 3) + ((lane >> 3) & 1));
+      return Tile::Offset(kk * 16 + k_half * 8 + r, (mn >> 3) + mn_half);
     }
   }
 
@@ -240,7 +299,7 @@ struct Gemm {
   // 16 rows keeps row % 8, so the swizzle is unchanged); an MN-major tile's
   // is off[i] + kk * 16 rows. Either way the second term is an immediate,
   // which keeps the main loop's address registers to a handful.
-  template <Major kMajor, class Tile, int kFrags>
+  template <Major kMajor, class Tile, int kFrags, bool kBOrder>
   struct FragOffsets {
     static constexpr int kCount = kMajor == Major::kK ? S::kKSteps : kFrags;
     uint32_t off[kCount];
@@ -248,8 +307,8 @@ struct Gemm {
 #pragma unroll
       for (int x = 0; x < kCount; ++x) {
         off[x] = kMajor == Major::kK
-                     ? FragOffset<kMajor, Tile>(mn0, x, lane)
-                     : FragOffset<kMajor, Tile>(mn0 + 16 * x, 0, lane);
+                     ? FragOffset<kMajor, Tile, kBOrder>(mn0, x, lane)
+                     : FragOffset<kMajor, Tile, kBOrder>(mn0 + 16 * x, 0, lane);
       }
     }
     __device__ __forceinline__ uint32_t Get(int frag, int kk) const {
@@ -260,8 +319,8 @@ struct Gemm {
       }
     }
   };
-  using OffsetsA = FragOffsets<kA, TileA, S::kMI>;
-  using OffsetsB = FragOffsets<kB, TileB, S::kNJ / 2>;
+  using OffsetsA = FragOffsets<kA, TileA, S::kMI, false>;
+  using OffsetsB = FragOffsets<kB, TileB, S::kNJ / 2, true>;
 
   __device__ __forceinline__ static void LoadFrags(Frags& f, uint32_t stage_a,
                                                    uint32_t stage_b,
@@ -273,12 +332,8 @@ struct Gemm {
     }
 #pragma unroll
     for (int j = 0; j < S::kNJ / 2; ++j) {
-      uint32_t r[4];
-      Ldmatrix4<kB == Major::kMN>(r, stage_b + ob.Get(j, kk));
-      f.b[2 * j][0] = r[0];
-      f.b[2 * j][1] = r[2];
-      f.b[2 * j + 1][0] = r[1];
-      f.b[2 * j + 1][1] = r[3];
+      Ldmatrix4x2<kB == Major::kMN>(f.b[2 * j], f.b[2 * j + 1],
+                                    stage_b + ob.Get(j, kk));
     }
   }
 
@@ -311,13 +366,26 @@ struct Gemm {
                                                              p.k);
     const uint32_t smem_b = smem + S::kStages * S::kStageBytesA;
     const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
+    // k-tiles [0, full_tiles) of an interior block load without predicates.
+    const int full_tiles =
+        (kVec && m0 + S::kBM <= p.m && n0 + S::kBN <= p.n) ? p.k / S::kBK : 0;
+    auto load = [&](int tile, int stage) {
+      if constexpr (kVec) {
+        if (tile < full_tiles) {
+          load_a.LoadFull(smem + stage * S::kStageBytesA, p.lda);
+          load_b.LoadFull(smem_b + stage * S::kStageBytesB, p.ldb);
+          return;
+        }
+      }
+      load_a.Load(smem + stage * S::kStageBytesA, p.lda);
+      load_b.Load(smem_b + stage * S::kStageBytesB, p.ldb);
+    };
 
     // Prologue: stages 0 .. kStages-2 in flight.
 #pragma unroll
     for (int s = 0; s < S::kStages - 1; ++s) {
       if (s < k_tiles) {
-        load_a.Load(smem + s * S::kStageBytesA, p.lda);
-        load_b.Load(smem_b + s * S::kStageBytesB, p.ldb);
+        load(s, s);
         load_a.Advance(p.lda);
         load_b.Advance(p.ldb);
       }
@@ -350,8 +418,7 @@ struct Gemm {
           // Issue the loads of k-tile kt + kStages - 1 before this tile's
           // MMAs, into the stage consumed during k-tile kt - 1.
           if (kt + S::kStages - 1 < k_tiles) {
-            load_a.Load(smem + write * S::kStageBytesA, p.lda);
-            load_b.Load(smem_b + write * S::kStageBytesB, p.ldb);
+            load(kt + S::kStages - 1, write);
             load_a.Advance(p.lda);
             load_b.Advance(p.ldb);
           }
