@@ -636,7 +636,13 @@ absl::Status GemmSelector::SaveCache() {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [key, choice] : choices_) {
       if (!choice.tuned) continue;
-      env["choices"][key] = {
+      nlohmann::json& entry = env["choices"][key];
+      // Keep the date of an unchanged entry: it says when it was measured.
+      if (entry.is_object() && entry.value("kernel", "") == choice.name &&
+          entry.value("median_seconds", 0.0) == choice.median_seconds) {
+        continue;
+      }
+      entry = {
           {"kernel", choice.name},
           {"median_seconds", choice.median_seconds},
           {"tuned_at", absl::FormatTime(absl::Now())},

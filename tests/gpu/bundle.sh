@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Builds everything here and packs what the GPU machine needs into bundle/:
-# every test binary, matmul-bench, matmul-tune, matmul-server, matmul-cli
-# (when built), and the shared libraries they need that the GPU machine
-# lacks (abseil, gRPC, protobuf, prometheus-cpp, OpenBLAS, gfortran, ...)
-# into bundle/lib. glibc, libstdc++/libgcc_s (newer there) and the CUDA
-# libraries (CUDA 13.0 is installed there) are left out.
+# Builds everything here and packs what the GPU machine needs into
+# bundle/payload.tar.xz (plus bundle/COMMIT and bundle/MANIFEST): every test
+# binary, matmul-bench, matmul-tune, matmul-server, matmul-cli (when built),
+# and the shared libraries they need that the GPU machine lacks (abseil,
+# gRPC, protobuf, prometheus-cpp, OpenBLAS, gfortran, libmatmul_cuda, ...)
+# under lib/. glibc, libstdc++/libgcc_s (newer there) and the CUDA libraries
+# (CUDA 13.0 is installed there) are left out. tests/gpu/run.sh unpacks it.
 #
 # Usage: bash tests/gpu/bundle.sh   (then, from the repo root:
 #   run(command="bash tests/gpu/run.sh", carry=["bundle"]))
@@ -26,8 +27,12 @@ if ! ninja -C "$build" -k 0 -j "${JOBS:-2}" ${TARGETS:-}; then
   echo "bundle.sh: some targets failed to build; bundling what was built" >&2
 fi
 
-rm -rf bundle
-mkdir -p bundle/lib
+# Assemble in a staging folder, then pack it: the CUDA fatbins and OpenBLAS
+# (tens of MiB each) compress about 6x, which keeps what the device tool
+# carries far under its 64 MiB. run.sh unpacks it on the GPU machine.
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/lib"
 mapfile -t binaries < <(
   find "$build" -type f -perm -u+x \
     \( -name '*_test' -o -name 'matmul-bench' -o -name 'matmul-tune' \
@@ -38,8 +43,8 @@ if [ ${#binaries[@]} -eq 0 ]; then
   exit 1
 fi
 for bin in "${binaries[@]}"; do
-  cp "$bin" bundle/
-  strip --strip-unneeded "bundle/$(basename "$bin")"
+  cp "$bin" "$stage/"
+  strip --strip-unneeded "$stage/$(basename "$bin")"
 done
 
 # Libraries: everything ldd resolves except the system's C runtime and
@@ -49,15 +54,19 @@ for bin in "${binaries[@]}"; do
   ldd "$bin" | awk '/=> \// {print $1, $3}'
 done | sort -u | while read -r name path; do
   if [[ $name =~ $skip ]]; then continue; fi
-  cp -L "$path" "bundle/lib/$name"
-  strip --strip-unneeded "bundle/lib/$name" 2>/dev/null || true
+  cp -L "$path" "$stage/lib/$name"
+  strip --strip-unneeded "$stage/lib/$name" 2>/dev/null || true
 done
 
+rm -rf bundle
+mkdir -p bundle
 git -C "$root" rev-parse HEAD >bundle/COMMIT 2>/dev/null || true
 git -C "$root" status --short >>bundle/COMMIT 2>/dev/null || true
-du -sh bundle bundle/lib
+(cd "$stage" && ls -la . lib) >bundle/MANIFEST
+echo "unpacked size: $(du -sh "$stage" | cut -f1)"
+XZ_OPT="-2 -T${JOBS:-2}" tar -C "$stage" -cJf bundle/payload.tar.xz .
+du -sh bundle
 size_kib=$(du -sk bundle | cut -f1)
-ls bundle
 if [ "$size_kib" -gt $((limit_mib * 1024)) ]; then
   echo "bundle.sh: bundle is $((size_kib / 1024)) MiB, over ${limit_mib} MiB" >&2
   exit 1

@@ -14,6 +14,12 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 log=$OUT/run.log
 : >"$log"
+# bundle.sh ships one compressed payload; unpack it once.
+if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
+  tar -xJf bundle/payload.tar.xz -C bundle 2>>"$log" ||
+    python3 -c "import tarfile; tarfile.open('bundle/payload.tar.xz').extractall('bundle')"
+  touch bundle/.unpacked
+fi
 rows=()
 
 step() {  # step NAME TIMEOUT CMD... ; output appended to run.log

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# End to end through the daemon on the GPU: matmul-server --backend=cuda on a
+# unix socket, matmul-cli products against it (a checked small one, then
+# the MLP gate/up shape 5120x11008x2048 as nn.Linear sends it, timed), then
+# SIGTERM and a clean drain. Run by tests/gpu/run.sh when both binaries are
+# in bundle/.
+set -uo pipefail
+if [ ! -x bundle/matmul-server ] || [ ! -x bundle/matmul-cli ]; then
+  echo "daemon_e2e: matmul-server or matmul-cli not bundled; skipped"
+  exit 0
+fi
+dir=$(mktemp -d)
+sock="unix:$dir/matmul.sock"
+bundle/matmul-server --backend=cuda --listen="$sock" \
+  --metrics_listen=127.0.0.1:9466 --tuning_cache="$dir/tuning.json" \
+  >"$dir/server.log" 2>&1 &
+server=$!
+for _ in $(seq 100); do
+  [ -S "$dir/matmul.sock" ] && break
+  sleep 0.1
+done
+rc=0
+cli() { bundle/matmul-cli --target="$sock" "$@"; }
+cli run --shape=512x1024x2048 --transpose_b --check || rc=1
+# First call: heuristic pick while the shape is tuned in the background;
+# the later ones use the tuned kernel.
+cli run --shape=5120x11008x2048 --transpose_b --iterations=3 || rc=1
+sleep 3
+cli run --shape=5120x11008x2048 --transpose_b --iterations=20 || rc=1
+cli run --shape=5120x11008x2048 --transpose_b --iterations=1 --json || rc=1
+curl -s http://127.0.0.1:9466/metrics 2>/dev/null | grep -E '^matmul_' | head -30
+kill -TERM "$server"
+wait "$server"
+server_rc=$?
+echo "daemon_e2e: server exit $server_rc"
+tail -20 "$dir/server.log"
+rm -rf "$dir"
+[ "$server_rc" -eq 0 ] || rc=1
+exit $rc
