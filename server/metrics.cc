@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "prometheus/text_serializer.h"
 
 namespace matmul {
@@ -48,14 +49,10 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
   std::unique_ptr<ServerMetrics> metrics(
       new ServerMetrics(max_shapes, backend));
   if (!listen.empty()) {
-    try {
-      metrics->exposer_ = std::make_unique<prometheus::Exposer>(listen);
-    } catch (const std::exception& e) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot serve metrics on ", listen, ": ", e.what(),
-          " (is the port in use? pick another with --metrics_listen)"));
-    }
-    metrics->exposer_->RegisterCollectable(metrics->registry_);
+    ServerMetrics* raw = metrics.get();
+    ASSIGN_OR_RETURN(
+        metrics->http_server_,
+        MetricsHttpServer::Create(listen, [raw] { return raw->Scrape(); }));
   }
   return metrics;
 }

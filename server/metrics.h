@@ -18,10 +18,10 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/metrics_http_server.h"
 
 namespace matmul {
 
@@ -37,8 +37,8 @@ struct RequestRecord {
 
 class ServerMetrics {
  public:
-  // `listen` is host:port for the /metrics endpoint; empty serves nothing
-  // (the registry is still readable through Scrape()).
+  // `listen` is host:port for the /metrics endpoint (port 0 picks one);
+  // empty serves nothing (the registry is still readable through Scrape()).
   static absl::StatusOr<std::unique_ptr<ServerMetrics>> Create(
       const std::string& listen, int max_shapes, const std::string& backend);
 
@@ -54,6 +54,8 @@ class ServerMetrics {
 
   // The text exposition format, as /metrics serves it.
   std::string Scrape() const;
+  // The port /metrics is served on; 0 when it is not served.
+  int http_port() const { return http_server_ ? http_server_->port() : 0; }
 
  private:
   struct ShapeSeries {
@@ -71,7 +73,7 @@ class ServerMetrics {
   const int max_shapes_;
   const std::string backend_;
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsHttpServer> http_server_;
 
   prometheus::Family<prometheus::Counter>& requests_family_;
   prometheus::Family<prometheus::Histogram>& request_duration_family_;
