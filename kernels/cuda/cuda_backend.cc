@@ -235,6 +235,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   selector_options.cache_path = options.tuning_cache_path;
   selector_options.background_tuning = options.background_tuning;
   selector_options.max_shared_bytes = options.max_shared_bytes;
+  selector_options.use_own_kernels = options.use_own_kernels;
+  selector_options.use_cublaslt = options.use_cublaslt;
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::GemmSelector> selector,
                    cuda::GemmSelector::Create(selector_options));
   ASSIGN_OR_RETURN(cuda::CudaStream stream, cuda::CudaStream::Create());

@@ -42,6 +42,10 @@ struct CudaBackendOptions {
   bool background_tuning = true;
   // Shared-memory limit for the own kernels; 0 = the device's opt-in limit.
   int max_shared_bytes = 0;
+  // Which kernel families the selector may use (both by default; turning
+  // one off is for tests and for ruling a family out in production).
+  bool use_own_kernels = true;
+  bool use_cublaslt = true;
 };
 
 // Number of usable CUDA devices; 0 when there is no GPU, no driver or the

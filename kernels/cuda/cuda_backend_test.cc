@@ -4,6 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/own_kernels.h"
 
 namespace matmul {
 namespace {
@@ -159,6 +160,43 @@ TEST_F(CudaBackendTest, SeedShapeThroughRunHost) {
   spec.k = 2048;
   spec.b = OperandLayout::kColMajor;
   CheckHost(spec);
+}
+
+// The own kernels alone behind the backend (cuBLASLt off), with the GB10's
+// shared-memory limit imposed: RunHost and RunDevice must still be right.
+TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
+  MATMUL_SKIP_WITHOUT_GPU();
+  if (!cuda::HaveOwnKernels()) {
+    GTEST_SKIP() << "the mma library is not part of this build";
+  }
+  CudaBackendOptions options;
+  options.background_tuning = false;
+  options.use_cublaslt = false;
+  options.max_shared_bytes = cuda::kSparkSharedBytes;
+  auto backend = CudaBackend::Create(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::mt19937_64 rng(99);
+  for (int i = 0; i < 60; ++i) {
+    ProblemSpec spec = ::matmul::testing::RandomSpec(rng, 200, true, true);
+    // The own kernels write row-major C only; the backend packs A and B.
+    spec.c = OperandLayout::kRowMajor;
+    SCOPED_TRACE(spec.Name());
+    auto host = MakeHostProblem(spec, rng);
+    auto info = i % 2 == 0 ? (*backend)->RunHost(host.problem)
+                           : absl::StatusOr<GemmRunInfo>(
+                                 absl::UnknownError("device path below"));
+    if (i % 2 == 1) {
+      auto device = ::matmul::testing::Upload(host);
+      ASSERT_TRUE(device.ok());
+      info = (*backend)->RunDevice(device->problem);
+      ASSERT_TRUE(info.ok()) << info.status();
+      ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+    }
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->kernel.rfind("mma_", 0), 0u) << info->kernel;
+    EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
+    EXPECT_FALSE(::matmul::testing::OutsideWritten(host)) << info->kernel;
+  }
 }
 
 }  // namespace
