@@ -84,7 +84,7 @@ int TileConfig::SharedBytes() const {
 
 const std::vector<TileConfig>& AllConfigs() {
   static const std::vector<TileConfig> configs = {
-#define MATMUL_MMA_TILE(bm, bn, bk, st, wm, wn, gm) \
+#define MATMUL_MMA_TILE(bm, bn, bk, st, wm, wn, gm, mb) \
   TileConfig{bm, bn, bk, st, wm, wn, gm},
       MATMUL_MMA_CONFIGS(MATMUL_MMA_TILE)
 #undef MATMUL_MMA_TILE

@@ -1,22 +1,25 @@
 // The compiled tile configs, in one X-macro list so the host table and the
 // kernel instantiations cannot drift apart. Columns:
-//   block_m, block_n, block_k, stages, warps_m, warps_n, group_m
+//   block_m, block_n, block_k, stages, warps_m, warps_n, group_m,
+//   min_blocks (blocks per SM the kernel's registers must allow; 3 for the
+//   small-tile configs meant to run 3 per SM on parts with 228 KiB)
 // Shared bytes = (block_m + block_n) * block_k * 2 * stages; the GB10 limit
 // is 101,376 per block (the first entry does not fit: it is the seed's
 // 144 KiB config, kept for parts with more shared memory).
 #ifndef MATMUL_KERNELS_MMA_INTERNAL_CONFIGS_H_
 #define MATMUL_KERNELS_MMA_INTERNAL_CONFIGS_H_
 
-#define MATMUL_MMA_CONFIGS(X) \
-  X(128, 256, 64, 3, 2, 4, 8) \
-  X(128, 256, 64, 2, 2, 4, 8) \
-  X(128, 256, 32, 4, 2, 4, 8) \
-  X(256, 128, 64, 2, 4, 2, 8) \
-  X(256, 128, 32, 4, 4, 2, 8) \
-  X(128, 128, 64, 3, 2, 2, 8) \
-  X(128, 128, 32, 4, 2, 2, 8) \
-  X(128, 64, 128, 2, 2, 2, 8) \
-  X(64, 128, 64, 3, 2, 2, 8)  \
-  X(64, 64, 64, 2, 2, 2, 8)
+#define MATMUL_MMA_CONFIGS(X)    \
+  X(128, 256, 64, 3, 2, 4, 8, 1) \
+  X(128, 256, 64, 2, 2, 4, 8, 1) \
+  X(128, 256, 32, 4, 2, 4, 8, 1) \
+  X(256, 128, 64, 2, 4, 2, 8, 1) \
+  X(256, 128, 32, 4, 4, 2, 8, 1) \
+  X(128, 128, 64, 3, 2, 2, 8, 1) \
+  X(128, 128, 32, 4, 2, 2, 8, 1) \
+  X(128, 64, 128, 2, 2, 2, 8, 1) \
+  X(128, 64, 64, 3, 2, 2, 8, 3)  \
+  X(64, 128, 64, 3, 2, 2, 8, 3)  \
+  X(64, 64, 64, 2, 2, 2, 8, 1)
 
 #endif  // MATMUL_KERNELS_MMA_INTERNAL_CONFIGS_H_

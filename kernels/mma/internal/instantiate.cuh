@@ -33,8 +33,8 @@ cudaError_t Launch(const KernelParams& p, dim3 grid, cudaStream_t stream) {
 
 }  // namespace
 
-#define MATMUL_MMA_ENTRY(bm, bn, bk, st, wm, wn, gm)                  \
-  &Launch<TileShape<bm, bn, bk, st, wm, wn, gm>, Major::MATMUL_MMA_A, \
+#define MATMUL_MMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb)                  \
+  &Launch<TileShape<bm, bn, bk, st, wm, wn, gm, mb>, Major::MATMUL_MMA_A, \
           Major::MATMUL_MMA_B, true>,
 
 const LaunchFn MATMUL_MMA_TABLE[kNumConfigs] = {

@@ -23,8 +23,10 @@
 namespace matmul::mma::internal {
 
 template <int kBM_, int kBN_, int kBK_, int kStages_, int kWM_, int kWN_,
-          int kGroupM_>
+          int kGroupM_, int kMinBlocks_ = 1>
 struct TileShape {
+  // Blocks per SM the register allocation must allow (launch bounds).
+  static constexpr int kMinBlocks = kMinBlocks_;
   static constexpr int kBM = kBM_;
   static constexpr int kBN = kBN_;
   static constexpr int kBK = kBK_;
@@ -564,7 +566,7 @@ __device__ __forceinline__ void GemmTile(const KernelParams& p, int pid,
 // tiles with a grid stride so that the fix-up launch can be a handful of
 // blocks per batch entry.
 template <class S, Major kA, Major kB, bool kVec>
-__global__ void __launch_bounds__(S::kThreads, 1)
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     GemmKernel(const __grid_constant__ KernelParams p) {
   extern __shared__ __align__(128) uint8_t smem[];
   const bool aligned =
