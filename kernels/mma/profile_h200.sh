@@ -8,7 +8,7 @@ export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64"
 export PATH=/usr/local/cuda/bin:$PATH
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 echo "ncu: $NCU"
-cuobjdump --dump-sass --function '_ZN6matmul3mma8internal10GemmKernelINS1_9TileShapeILi128ELi128ELi64ELi3ELi2ELi2ELi8EEELNS1_5MajorE0ELS5_0ELb1EEEvNS1_12KernelParamsE' \
+cuobjdump --dump-sass --function '_ZN6matmul3mma8internal10GemmKernelINS1_9TileShapeILi128ELi128ELi64ELi3ELi2ELi2ELi8ELi1EEELNS1_5MajorE0ELS5_0ELb1EEEvNS1_12KernelParamsE' \
   "$B/mma_bench" >"$OUT/sass_128x128x64_nt.txt" 2>&1
 wc -l "$OUT/sass_128x128x64_nt.txt"
 for cfg in ${CONFIGS:-mma_128x128x64_s3 mma_128x256x32_s4}; do
