@@ -17,7 +17,7 @@ absl::StatusOr<std::unique_ptr<GemmBackend>> CreateBackend(
     return CreateCudaBackend(cuda);
   }
   if (options.kind == "cpu" || options.kind == "auto") {
-    return CpuBackend::Create();
+    return CpuBackend::Create(options.cpu_threads);
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown backend '", options.kind, "'; expected auto, cpu or cuda"));

@@ -14,6 +14,7 @@ struct BackendOptions {
   std::string kind = "auto";  // auto | cpu | cuda
   int cuda_device = 0;
   std::string tuning_cache;  // JSON path for the CUDA selector; may be empty
+  int cpu_threads = 0;  // OpenBLAS threads per product; 0: OpenBLAS decides
 };
 
 // auto: cuda when a CUDA device is present, else cpu.

@@ -48,6 +48,11 @@ int Executor::queue_depth() const {
   return static_cast<int>(queue_.size());
 }
 
+int Executor::running() const {
+  absl::MutexLock lock(&mu_);
+  return running_;
+}
+
 void Executor::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
@@ -71,8 +76,11 @@ void Executor::WorkerLoop() {
       if (queue_.empty()) return;  // stopping and drained
       job = std::move(queue_.front());
       queue_.pop_front();
+      ++running_;
     }
     std::move(job)(absl::OkStatus());
+    absl::MutexLock lock(&mu_);
+    --running_;
   }
 }
 

@@ -42,6 +42,8 @@ class Executor {
 
   // Jobs waiting to run.
   int queue_depth() const;
+  // Jobs running now.
+  int running() const;
 
   // Refuses new jobs, finishes the queued ones, joins the workers. Idempotent.
   void Shutdown();
@@ -54,6 +56,7 @@ class Executor {
   mutable absl::Mutex mu_;
   std::deque<Job> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::thread> workers_;
 };
 

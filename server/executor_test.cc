@@ -33,6 +33,7 @@ TEST(ExecutorTest, FullQueueRefusesAtOnceWithResourceExhausted) {
     release.WaitForNotification();
   });
   running.WaitForNotification();  // the worker is busy; the queue is empty
+  EXPECT_EQ((*executor)->running(), 1);
   int accepted_ran = 0;
   for (int i = 0; i < 2; ++i) {
     (*executor)->Submit([&](absl::Status s) {

@@ -1,8 +1,10 @@
 // matmul-server: the BF16 matmul daemon. See --help.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -29,6 +31,9 @@ ABSL_FLAG(int, cuda_device, 0, "CUDA device ordinal for --backend=cuda.");
 ABSL_FLAG(std::string, tuning_cache, "",
           "JSON file where the CUDA backend keeps its per-shape kernel "
           "choices (empty: in memory only).");
+ABSL_FLAG(int, cpu_threads, 0,
+          "CPU backend: OpenBLAS threads per product; 0 divides the cores "
+          "among --worker_threads.");
 ABSL_FLAG(int, worker_threads, 2,
           "Threads that run products (each blocks on one product at a time).");
 ABSL_FLAG(int, max_queue_size, 256,
@@ -112,6 +117,12 @@ int main(int argc, char** argv) {
   backend_options.kind = absl::GetFlag(FLAGS_backend);
   backend_options.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   backend_options.tuning_cache = absl::GetFlag(FLAGS_tuning_cache);
+  backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  if (backend_options.cpu_threads <= 0) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    backend_options.cpu_threads =
+        std::max(1, cores / std::max(1, absl::GetFlag(FLAGS_worker_threads)));
+  }
   absl::StatusOr<std::unique_ptr<matmul::GemmBackend>> backend =
       matmul::CreateBackend(backend_options);
   if (!backend.ok()) {

@@ -1,16 +1,14 @@
 #include "server/matmul_runner.h"
 
 #include "absl/strings/str_cat.h"
-#include "server/inline_operands.h"
 
 namespace matmul {
 
-absl::Status MatmulRunner::Run(const MatmulPlan& plan,
+absl::Status MatmulRunner::Run(const MatmulPlan& plan, BoundOperands& operands,
                                const v1::MatmulRequest& request,
                                absl::Time accepted,
                                v1::MatmulResponse* response) {
   const absl::Time started = absl::Now();
-  InlineOperands operands(plan, request);
   absl::StatusOr<GemmRunInfo> run = backend_.RunHost(operands.problem());
   if (!run.ok()) {
     return absl::Status(
@@ -19,12 +17,14 @@ absl::Status MatmulRunner::Run(const MatmulPlan& plan,
   }
   const GemmProblem& p = plan.problem;
   response->set_request_id(request.request_id());
-  v1::Tensor* c = response->mutable_c();
-  c->set_dtype(p.c_dtype == DType::kBF16 ? v1::DTYPE_BF16 : v1::DTYPE_FP32);
-  if (p.batch > 1) c->add_shape(p.batch);
-  c->add_shape(p.m);
-  c->add_shape(p.n);
-  c->set_inline_data(operands.TakeOutput());
+  if (!plan.output_in_region) {
+    v1::Tensor* c = response->mutable_c();
+    c->set_dtype(p.c_dtype == DType::kBF16 ? v1::DTYPE_BF16 : v1::DTYPE_FP32);
+    if (p.batch > 1) c->add_shape(p.batch);
+    c->add_shape(p.m);
+    c->add_shape(p.n);
+    c->set_inline_data(operands.TakeOutput());
+  }
   response->set_backend(backend_.name());
   response->set_kernel(run->kernel);
   response->set_batch_size(1);

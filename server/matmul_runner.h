@@ -1,6 +1,6 @@
-// Runs one validated request on the calling thread: binds its inline
-// operands, calls the backend, fills the response (result, timings, kernel)
-// and records the metrics. Knows nothing of gRPC reactors.
+// Runs one validated, bound request on the calling thread: calls the
+// backend, fills the response (result, timings, kernel) and records the
+// metrics. Knows nothing of gRPC reactors.
 #ifndef MATMUL_SERVER_MATMUL_RUNNER_H_
 #define MATMUL_SERVER_MATMUL_RUNNER_H_
 
@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "kernels/gemm_backend.h"
 #include "matmul/v1/matmul.pb.h"
+#include "server/bound_operands.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
 
@@ -20,8 +21,9 @@ class MatmulRunner {
 
   // `accepted` is when the server took the request (for queue and total
   // time). Thread-safe.
-  absl::Status Run(const MatmulPlan& plan, const v1::MatmulRequest& request,
-                   absl::Time accepted, v1::MatmulResponse* response);
+  absl::Status Run(const MatmulPlan& plan, BoundOperands& operands,
+                   const v1::MatmulRequest& request, absl::Time accepted,
+                   v1::MatmulResponse* response);
 
  private:
   GemmBackend& backend_;

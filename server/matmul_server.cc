@@ -30,9 +30,13 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   ASSIGN_OR_RETURN(server->executor_, Executor::Create(options.executor));
   const int max_concurrent =
       options.executor.worker_threads + options.executor.max_queue_size;
+  server->registry_ = std::make_unique<RegionRegistry>(options.regions);
+  RegionOpenOptions region_options;
+  region_options.shm_prefix = options.shm_prefix;
+  region_options.cuda_backend = server->backend_->name() == "cuda";
   server->service_ = std::make_unique<MatmulServiceImpl>(
-      *server->backend_, *server->executor_, *server->metrics_, options.limits,
-      max_concurrent);
+      *server->backend_, *server->executor_, *server->metrics_,
+      *server->registry_, options.limits, region_options, max_concurrent);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -70,6 +74,7 @@ void MatmulServer::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
+    service_->CloseAllSessions();
     // Waits for calls in progress (whose products the executor is still
     // running) until the deadline, then cancels what remains.
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));

@@ -28,6 +28,8 @@ struct ServerOptions {
   int max_metric_shapes = 64;
   ExecutorOptions executor;
   ValidationLimits limits;
+  RegionRegistryOptions regions;
+  std::string shm_prefix = "matmul";
 };
 
 class MatmulServer {
@@ -48,12 +50,18 @@ class MatmulServer {
   const std::vector<int>& bound_ports() const { return bound_ports_; }
   ServerMetrics& metrics() { return *metrics_; }
   const GemmBackend& backend() const { return *backend_; }
+  const RegionRegistry& regions() const { return *registry_; }
+  // Requests accepted and waiting for a worker.
+  int queue_depth() const { return executor_->queue_depth(); }
+  // Requests whose product is running now.
+  int running() const { return executor_->running(); }
 
  private:
   MatmulServer() = default;
 
   std::unique_ptr<GemmBackend> backend_;
   std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<RegionRegistry> registry_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<MatmulServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;

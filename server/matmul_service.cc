@@ -16,12 +16,16 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 MatmulServiceImpl::MatmulServiceImpl(GemmBackend& backend, Executor& executor,
                                      ServerMetrics& metrics,
+                                     RegionRegistry& registry,
                                      const ValidationLimits& limits,
+                                     const RegionOpenOptions& region_options,
                                      int max_concurrent_requests)
     : backend_(backend),
       executor_(executor),
       metrics_(metrics),
+      registry_(registry),
       limits_(limits),
+      region_options_(region_options),
       max_concurrent_requests_(max_concurrent_requests),
       runner_(backend, metrics) {}
 
@@ -47,23 +51,34 @@ void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
     finish(plan.status());
     return;
   }
+  // Regions are looked up and bounds-checked now, before any queueing.
+  absl::StatusOr<std::unique_ptr<BoundOperands>> operands =
+      BoundOperands::Bind(*plan, *request, registry_,
+                          /*device_pointers=*/false);
+  if (!operands.ok()) {
+    finish(operands.status());
+    return;
+  }
   executor_.Submit(
       [this, context, request, response, accepted, plan = std::move(*plan),
+       operands = *std::move(operands),
        finish = std::move(finish)](absl::Status admission) mutable {
         if (!admission.ok()) {
           finish(std::move(admission));
+          return;
+        }
+        // A call past its deadline is also cancelled by gRPC: test the
+        // deadline first so the status says why.
+        if (absl::FromChrono(context->deadline()) < absl::Now()) {
+          finish(absl::DeadlineExceededError(
+              "the request's deadline passed while it waited in the queue"));
           return;
         }
         if (context->IsCancelled()) {
           finish(absl::CancelledError("the call was cancelled before it ran"));
           return;
         }
-        if (absl::FromChrono(context->deadline()) < absl::Now()) {
-          finish(absl::DeadlineExceededError(
-              "the request's deadline passed while it waited in the queue"));
-          return;
-        }
-        finish(runner_.Run(plan, *request, accepted, response));
+        finish(runner_.Run(plan, *operands, *request, accepted, response));
       });
 }
 
@@ -81,6 +96,80 @@ grpc::ServerBidiReactor<v1::MatmulRequest, v1::MatmulResponse>*
 MatmulServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   // gRPC owns reactors by raw pointer; the reactor deletes itself in OnDone.
   return new MatmulStreamReactor(this, context);
+}
+
+grpc::ServerWriteReactor<v1::SessionEvent>* MatmulServiceImpl::OpenSession(
+    grpc::CallbackServerContext* /*context*/,
+    const v1::OpenSessionRequest* request) {
+  auto* reactor = new SessionReactor(registry_, request->client_name(),
+                                     [this](SessionReactor* done) {
+                                       absl::MutexLock lock(&sessions_mu_);
+                                       sessions_.erase(done);
+                                     });
+  absl::MutexLock lock(&sessions_mu_);
+  sessions_.insert(reactor);
+  return reactor;
+}
+
+void MatmulServiceImpl::CloseAllSessions() {
+  absl::MutexLock lock(&sessions_mu_);
+  for (SessionReactor* session : sessions_) {
+    session->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "the server is shutting down"));
+  }
+}
+
+grpc::ServerUnaryReactor* MatmulServiceImpl::RegisterRegion(
+    grpc::CallbackServerContext* context,
+    const v1::RegisterRegionRequest* request,
+    v1::RegisterRegionResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::unique_ptr<Region>> region =
+      OpenRegion(*request, region_options_);
+  if (!region.ok()) {
+    reactor->Finish(ToGrpcStatus(region.status()));
+    return reactor;
+  }
+  const int64_t size = (*region)->size_bytes();
+  absl::StatusOr<std::string> id =
+      registry_.Add(request->session_id(), *std::move(region));
+  if (id.ok()) {
+    response->set_region_id(*id);
+    response->set_size_bytes(static_cast<uint64_t>(size));
+  }
+  reactor->Finish(ToGrpcStatus(id.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MatmulServiceImpl::UnregisterRegion(
+    grpc::CallbackServerContext* context,
+    const v1::UnregisterRegionRequest* request,
+    v1::UnregisterRegionResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<bool> deferred =
+      registry_.Remove(request->session_id(), request->region_id());
+  if (deferred.ok()) response->set_deferred(*deferred);
+  reactor->Finish(ToGrpcStatus(deferred.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MatmulServiceImpl::ListRegions(
+    grpc::CallbackServerContext* context, const v1::ListRegionsRequest* request,
+    v1::ListRegionsResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::vector<RegionSummary>> regions =
+      registry_.List(request->session_id());
+  if (regions.ok()) {
+    for (const RegionSummary& summary : *regions) {
+      v1::RegionInfo* info = response->add_regions();
+      info->set_region_id(summary.region_id);
+      info->set_kind(summary.kind);
+      info->set_size_bytes(static_cast<uint64_t>(summary.size_bytes));
+      info->set_requests_in_flight(summary.requests_in_flight);
+    }
+  }
+  reactor->Finish(ToGrpcStatus(regions.status()));
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* MatmulServiceImpl::GetServerInfo(

@@ -9,12 +9,16 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/container/flat_hash_set.h"
 #include "kernels/gemm_backend.h"
 #include "matmul/v1/matmul.grpc.pb.h"
 #include "server/executor.h"
 #include "server/matmul_runner.h"
 #include "server/metrics.h"
+#include "server/regions/region_opener.h"
+#include "server/regions/region_registry.h"
 #include "server/request_validation.h"
+#include "server/session_reactor.h"
 
 namespace matmul {
 
@@ -23,7 +27,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
  public:
   MatmulServiceImpl(GemmBackend& backend, Executor& executor,
-                    ServerMetrics& metrics, const ValidationLimits& limits,
+                    ServerMetrics& metrics, RegionRegistry& registry,
+                    const ValidationLimits& limits,
+                    const RegionOpenOptions& region_options,
                     int max_concurrent_requests);
 
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
@@ -38,6 +44,27 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
       const v1::GetServerInfoRequest* request,
       v1::GetServerInfoResponse* response) override;
 
+  grpc::ServerWriteReactor<v1::SessionEvent>* OpenSession(
+      grpc::CallbackServerContext* context,
+      const v1::OpenSessionRequest* request) override;
+  grpc::ServerUnaryReactor* RegisterRegion(
+      grpc::CallbackServerContext* context,
+      const v1::RegisterRegionRequest* request,
+      v1::RegisterRegionResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterRegion(
+      grpc::CallbackServerContext* context,
+      const v1::UnregisterRegionRequest* request,
+      v1::UnregisterRegionResponse* response) override;
+  grpc::ServerUnaryReactor* ListRegions(
+      grpc::CallbackServerContext* context,
+      const v1::ListRegionsRequest* request,
+      v1::ListRegionsResponse* response) override;
+
+  // Ends every open session stream (their regions are released as their
+  // last requests finish), so that a graceful shutdown need not wait for
+  // clients to hang up.
+  void CloseAllSessions();
+
   // Validates `request` and queues its product; `done` runs exactly once,
   // on a worker thread or (for rejections) before Submit returns, with the
   // request's final status. `context` gives deadline and cancellation.
@@ -49,9 +76,14 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
   GemmBackend& backend_;
   Executor& executor_;
   ServerMetrics& metrics_;
+  RegionRegistry& registry_;
   const ValidationLimits limits_;
+  const RegionOpenOptions region_options_;
   const int max_concurrent_requests_;
   MatmulRunner runner_;
+
+  absl::Mutex sessions_mu_;
+  absl::flat_hash_set<SessionReactor*> sessions_ ABSL_GUARDED_BY(sessions_mu_);
 };
 
 }  // namespace matmul

@@ -167,13 +167,23 @@ absl::StatusOr<CheckedTensor> CheckTensor(const v1::Tensor& tensor,
       break;
     }
     case v1::Tensor::kRegion:
-      return absl::UnimplementedError(
-          absl::StrCat(name,
-                       ": region references are not supported by this server "
-                       "version; send inline_data"));
+      // Bounds against the region are checked when it is looked up.
+      if (tensor.region().region_id().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, ": region reference without a region_id"));
+      }
+      if (tensor.region().offset_bytes() % esize != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": region offset ", tensor.region().offset_bytes(),
+            " is not a multiple of the element size ", esize));
+      }
+      checked.in_region = true;
+      checked.region_id = tensor.region().region_id();
+      checked.offset_bytes = tensor.region().offset_bytes();
+      break;
     case v1::Tensor::DATA_NOT_SET:
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": no data; set inline_data"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": no data; set inline_data or a region reference"));
   }
 
   checked.batch = rank == 3 ? dims[0] : 1;
@@ -267,6 +277,11 @@ absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
     p.c_dtype = plan.c ? plan.c->dtype : DType::kBF16;
   }
 
+  if (plan.c && plan.c->in_region) {  // written in place
+    plan.output_in_region = true;
+    p.c.strides = plan.c->strides;
+    return plan;
+  }
   // The response carries C inline and densely.
   int64_t output_elements;
   if (MulOverflows(p.batch, p.m, &output_elements) ||

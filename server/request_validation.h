@@ -30,17 +30,23 @@ struct CheckedTensor {
   int64_t cols = 0;
   Strides strides;           // elements; batch stride 0 for rank 2 or broadcast
   int64_t extent_bytes = 0;  // 1 + the largest element offset, in bytes
+  // Set when the data sits in a registered region rather than inline.
+  bool in_region = false;
+  std::string region_id;
+  uint64_t offset_bytes = 0;
 };
 
 // A request that passed validation. `problem` has every field but the data
-// pointers set: op(A)/op(B) strides with transposes folded in, and C as the
-// dense [batch, M, N] output the response carries.
+// pointers set: op(A)/op(B) strides with transposes folded in, and C either
+// as the dense [batch, M, N] output the response carries inline or, when
+// the request's C is a region, with C's own strides (written in place).
 struct MatmulPlan {
   GemmProblem problem;
   CheckedTensor a;
   CheckedTensor b;
   std::optional<CheckedTensor> c;  // the initial C, when the request has one
-  int64_t output_bytes = 0;
+  bool output_in_region = false;
+  int64_t output_bytes = 0;  // of the inline output; 0 when in a region
 };
 
 absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,

@@ -186,10 +186,26 @@ TEST(ValidateRequestTest, ResultOverTheMessageLimit) {
               "over the limit", small);
 }
 
-TEST(ValidateRequestTest, RegionReferencesAreNotYetServed) {
+TEST(ValidateRequestTest, RegionReferences) {
   v1::MatmulRequest request = Request({3, 5}, {5, 7});
+  request.mutable_a()->mutable_region()->set_offset_bytes(3);
+  ExpectError(request, absl::StatusCode::kInvalidArgument,
+              "without a region_id");
   request.mutable_a()->mutable_region()->set_region_id("r1");
-  ExpectError(request, absl::StatusCode::kUnimplemented, "region");
+  ExpectError(request, absl::StatusCode::kInvalidArgument,
+              "not a multiple of the element size 2");
+  request.mutable_a()->mutable_region()->set_offset_bytes(64);
+  *request.mutable_c() = Bf16Tensor({3, 7});
+  request.mutable_c()->mutable_region()->set_region_id("r2");
+  request.mutable_c()->add_strides(16);  // padded rows, written in place
+  request.mutable_c()->add_strides(1);
+  absl::StatusOr<MatmulPlan> plan = ValidateRequest(request, {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->a.in_region);
+  EXPECT_EQ(plan->a.offset_bytes, 64u);
+  EXPECT_TRUE(plan->output_in_region);
+  EXPECT_EQ(plan->problem.c.strides.row, 16);
+  EXPECT_EQ(plan->output_bytes, 0);
 }
 
 TEST(ValidateRequestTest, NonFiniteScalars) {

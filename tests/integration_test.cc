@@ -69,9 +69,10 @@ TEST(IntegrationTest, SixtyRandomProductsMatchFp64) {
   EXPECT_GT(batched_cases, 5);
   // The metrics saw them: 60 OK requests and their FLOPs.
   const std::string metrics = daemon.server().metrics().Scrape();
-  EXPECT_THAT(metrics, HasSubstr("matmul_requests_total{code=\"ok\"} 60"));
-  EXPECT_THAT(metrics, HasSubstr("matmul_flops_total{"));
-  EXPECT_THAT(metrics, HasSubstr("matmul_request_duration_seconds_bucket{"));
+  EXPECT_EQ(MetricValue(metrics, "matmul_requests_total{code=\"ok\"}"), 60);
+  EXPECT_NE(metrics.find("matmul_flops_total{"), std::string::npos);
+  EXPECT_NE(metrics.find("matmul_request_duration_seconds_bucket{"),
+            std::string::npos);
 }
 
 TEST(IntegrationTest, AsyncAndStreamCallsAnswerEveryRequest) {
@@ -297,18 +298,28 @@ TEST(QueueTest, FullQueueAndQueuedDeadline) {
   options.executor.worker_threads = 1;
   options.executor.max_queue_size = 1;
   TestDaemon daemon(options);
+  auto metric = [&](const std::string& series) {
+    return MetricValue(daemon.server().metrics().Scrape(), series);
+  };
   std::mt19937_64 rng(11);
-  // A slow product occupies the only worker...
+  // A slow product (seconds on one core) occupies the only worker...
   auto slow = MakeRandomRequest({.m = 3000, .n = 3000, .k = 3000}, rng);
-  auto running = daemon.client().MatmulFuture(*slow, absl::Seconds(60));
-  absl::SleepFor(absl::Milliseconds(100));
-  // ...one request waits in the queue, with a deadline it will miss there...
+  auto running = daemon.client().MatmulFuture(*slow, absl::Seconds(120));
+  ASSERT_TRUE(WaitFor([&] { return daemon.server().running() == 1; }));
+  // ...one request waits in the queue, with a deadline it will miss there
+  // (sent over a second connection, which the 36 MB transfer on the first
+  // cannot hold up)...
+  ClientOptions second_options;
+  second_options.wait_for_ready = true;
+  auto second = Client::Create(daemon.target(), second_options);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE((*second)->WaitForConnected(absl::Seconds(10)).ok());
   auto small = MakeRandomRequest({.m = 8, .n = 8, .k = 8}, rng);
-  auto queued = daemon.client().MatmulFuture(*small, absl::Milliseconds(50));
-  absl::SleepFor(absl::Milliseconds(20));
+  auto queued = (*second)->MatmulFuture(*small, absl::Milliseconds(300));
+  ASSERT_TRUE(WaitFor([&] { return daemon.server().queue_depth() == 1; }));
   // ...and the next is refused at once.
   absl::StatusOr<v1::MatmulResponse> refused =
-      daemon.client().Matmul(*small, absl::Seconds(10));
+      (*second)->Matmul(*small, absl::Seconds(10));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted)
       << refused.status();
   EXPECT_THAT(std::string(refused.status().message()),
@@ -316,11 +327,11 @@ TEST(QueueTest, FullQueueAndQueuedDeadline) {
   EXPECT_EQ(queued.get().status().code(), absl::StatusCode::kDeadlineExceeded);
   ASSERT_TRUE(running.get().ok());
   // The expired request never ran: only the slow one counted as OK.
-  const std::string metrics = daemon.server().metrics().Scrape();
-  EXPECT_THAT(metrics, HasSubstr("matmul_requests_total{code=\"ok\"} 1"));
-  EXPECT_THAT(
-      metrics,
-      HasSubstr("matmul_requests_total{code=\"resource_exhausted\"} 1"));
+  EXPECT_TRUE(WaitFor([&] {
+    return metric("matmul_requests_total{code=\"deadline_exceeded\"}") == 1;
+  }));
+  EXPECT_EQ(metric("matmul_requests_total{code=\"ok\"}"), 1);
+  EXPECT_EQ(metric("matmul_requests_total{code=\"resource_exhausted\"}"), 1);
 }
 
 }  // namespace

@@ -24,6 +24,27 @@ inline std::string FreshSocketPath() {
                       counter.fetch_add(1), ".sock");
 }
 
+// The value of one sample line of a Prometheus text scrape, e.g.
+// MetricValue(scrape, "matmul_requests_total{code=\"ok\"}"); -1 if absent.
+inline double MetricValue(const std::string& scrape,
+                          const std::string& series) {
+  const std::string key = "\n" + series + " ";
+  const size_t at = ("\n" + scrape).find(key);
+  if (at == std::string::npos) return -1;
+  return std::stod(scrape.substr(at + key.size() - 1));
+}
+
+// Polls `condition` every 5 ms for up to `timeout`; returns its last value.
+template <typename Condition>
+bool WaitFor(Condition condition, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
 class TestDaemon {
  public:
   // Starts a CPU-backend daemon (metrics not served over HTTP; Scrape()
@@ -32,7 +53,7 @@ class TestDaemon {
     socket_ = FreshSocketPath();
     options.listen = {"unix:" + socket_};
     options.metrics_listen = "";
-    auto server = MatmulServer::Create(options, CpuBackend::Create());
+    auto server = MatmulServer::Create(options, CpuBackend::Create(1));
     EXPECT_TRUE(server.ok()) << server.status();
     if (server.ok()) server_ = *std::move(server);
     ClientOptions client_options;

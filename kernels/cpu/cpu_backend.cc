@@ -70,7 +70,8 @@ void Epilogue(const GemmProblem& p, const float* acc, char* c) {
 
 }  // namespace
 
-std::unique_ptr<GemmBackend> CpuBackend::Create() {
+std::unique_ptr<GemmBackend> CpuBackend::Create(int threads_per_product) {
+  if (threads_per_product > 0) openblas_set_num_threads(threads_per_product);
   return std::unique_ptr<GemmBackend>(new CpuBackend());
 }
 

@@ -13,7 +13,12 @@ namespace matmul {
 
 class CpuBackend final : public GemmBackend {
  public:
-  static std::unique_ptr<GemmBackend> Create();
+  // `threads_per_product`: OpenBLAS threads each product uses (a process-
+  // wide OpenBLAS setting); 0 leaves OpenBLAS's default (all cores). With
+  // several products at once, cores / concurrent products avoids
+  // oversubscription: OpenBLAS threads spin while they wait, and on a small
+  // machine they starve everything else, gRPC's threads included.
+  static std::unique_ptr<GemmBackend> Create(int threads_per_product = 0);
 
   std::string name() const override { return "cpu"; }
   std::vector<DeviceInfo> devices() const override;

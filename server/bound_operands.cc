@@ -1,0 +1,123 @@
+#include "server/bound_operands.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace matmul {
+namespace {
+
+// Protobuf strings are heap buffers and normally aligned; copy otherwise so
+// the backends may load whole elements.
+const char* Aligned(const std::string& bytes, std::vector<uint32_t>* copy) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(uint32_t) == 0) {
+    return bytes.data();
+  }
+  copy->resize((bytes.size() + sizeof(uint32_t) - 1) / sizeof(uint32_t));
+  std::memcpy(copy->data(), bytes.data(), bytes.size());
+  return reinterpret_cast<const char*>(copy->data());
+}
+
+bool Overlaps(const char* a, int64_t a_bytes, const char* b, int64_t b_bytes) {
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a);
+  const uintptr_t b0 = reinterpret_cast<uintptr_t>(b);
+  return a0 < b0 + static_cast<uintptr_t>(b_bytes) &&
+         b0 < a0 + static_cast<uintptr_t>(a_bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<const char*> BoundOperands::Resolve(
+    const v1::Tensor& tensor, const CheckedTensor& checked,
+    const std::string& name, const std::string& session_id,
+    const RegionRegistry& registry, bool device_pointers,
+    std::vector<uint32_t>* realigned) {
+  if (!checked.in_region) {
+    all_in_regions_ = false;
+    return Aligned(tensor.inline_data(), realigned);
+  }
+  if (session_id.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " names region '", checked.region_id,
+                     "' but the request has no session_id"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Region> region,
+                   registry.Find(session_id, checked.region_id));
+  const uint64_t size = static_cast<uint64_t>(region->size_bytes());
+  if (checked.offset_bytes > size ||
+      static_cast<uint64_t>(checked.extent_bytes) >
+          size - checked.offset_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": bytes [", checked.offset_bytes, ", +",
+                     checked.extent_bytes, ") reach outside region '",
+                     checked.region_id, "' of ", size, " bytes"));
+  }
+  void* base = device_pointers ? region->device_data() : region->host_data();
+  if (base == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, ": a ", region->kind(), " region cannot be read by the ",
+        device_pointers ? "GPU" : "CPU", " backend; ",
+        device_pointers ? "use a shm or CUDA region"
+                        : "run the daemon with --backend=cuda"));
+  }
+  regions_.push_back(std::move(region));
+  return static_cast<const char*>(base) + checked.offset_bytes;
+}
+
+absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::Bind(
+    const MatmulPlan& plan, const v1::MatmulRequest& request,
+    const RegionRegistry& registry, bool device_pointers) {
+  std::unique_ptr<BoundOperands> bound(new BoundOperands());
+  bound->problem_ = plan.problem;
+  GemmProblem& p = bound->problem_;
+  const std::string& session = request.session_id();
+  ASSIGN_OR_RETURN(const char* a,
+                   bound->Resolve(request.a(), plan.a, "A", session, registry,
+                                  device_pointers, &bound->a_copy_));
+  ASSIGN_OR_RETURN(const char* b,
+                   bound->Resolve(request.b(), plan.b, "B", session, registry,
+                                  device_pointers, &bound->b_copy_));
+  p.a.data = a;
+  p.b.data = b;
+
+  if (plan.output_in_region) {
+    ASSIGN_OR_RETURN(
+        const char* c,
+        bound->Resolve(request.c(), *plan.c, "C", session, registry,
+                       device_pointers, &bound->c_copy_));
+    const int64_t c_bytes = plan.c->extent_bytes;
+    if ((plan.a.in_region && Overlaps(c, c_bytes, a, plan.a.extent_bytes)) ||
+        (plan.b.in_region && Overlaps(c, c_bytes, b, plan.b.extent_bytes))) {
+      return absl::InvalidArgumentError(
+          "C overlaps A or B in memory; the output must not alias an input");
+    }
+    p.c.data = const_cast<char*>(c);
+    return bound;
+  }
+
+  bound->all_in_regions_ = false;  // the result travels inline
+  bound->output_.resize(static_cast<size_t>(plan.output_bytes));
+  p.c.data = bound->output_.data();
+  if (!plan.c || p.beta == 0.0f) return bound;
+  // Gather the strided initial C into the dense output, where the epilogue
+  // reads it back for beta * C.
+  const CheckedTensor& c = *plan.c;
+  const size_t esize = DTypeSize(c.dtype);
+  const char* src = request.c().inline_data().data();
+  char* dst = bound->output_.data();
+  for (int64_t batch = 0; batch < p.batch; ++batch) {
+    for (int64_t i = 0; i < p.m; ++i) {
+      for (int64_t j = 0; j < p.n; ++j) {
+        const int64_t offset =
+            batch * c.strides.batch + i * c.strides.row + j * c.strides.col;
+        std::memcpy(dst, src + offset * esize, esize);
+        dst += esize;
+      }
+    }
+  }
+  return bound;
+}
+
+}  // namespace matmul

@@ -1,0 +1,68 @@
+// Binds a validated plan to memory: each operand's pointer comes from the
+// request's inline bytes (realigned copies only when misaligned) or from a
+// registered region of the request's session, after checking that the
+// operand's whole strided extent lies inside the region and that the output
+// overlaps no input. Holds the regions for the request's lifetime, so an
+// unregister in the meantime is deferred. An inline output gets a fresh
+// dense buffer (with the initial C copied in when beta != 0) that becomes
+// the response's C.
+#ifndef MATMUL_SERVER_BOUND_OPERANDS_H_
+#define MATMUL_SERVER_BOUND_OPERANDS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/gemm_problem.h"
+#include "matmul/v1/matmul.pb.h"
+#include "server/regions/region_registry.h"
+#include "server/request_validation.h"
+
+namespace matmul {
+
+class BoundOperands {
+ public:
+  // `request` must outlive the result. With `device_pointers`, region
+  // operands are addressed as the GPU sees them; otherwise as the host does
+  // (the CPU backend). NOT_FOUND for an unknown session or region,
+  // INVALID_ARGUMENT for an extent outside its region or an output that
+  // overlaps an input, FAILED_PRECONDITION for a region the backend cannot
+  // address.
+  static absl::StatusOr<std::unique_ptr<BoundOperands>> Bind(
+      const MatmulPlan& plan, const v1::MatmulRequest& request,
+      const RegionRegistry& registry, bool device_pointers);
+
+  BoundOperands(const BoundOperands&) = delete;
+  BoundOperands& operator=(const BoundOperands&) = delete;
+
+  const GemmProblem& problem() const { return problem_; }
+  // True when no operand is inline: a GPU backend can run it in place.
+  bool all_in_regions() const { return all_in_regions_; }
+  // Moves the inline result out (empty when the output is in a region).
+  std::string TakeOutput() { return std::move(output_); }
+
+ private:
+  BoundOperands() = default;
+
+  // Resolves one operand to its first element's address.
+  absl::StatusOr<const char*> Resolve(const v1::Tensor& tensor,
+                                      const CheckedTensor& checked,
+                                      const std::string& name,
+                                      const std::string& session_id,
+                                      const RegionRegistry& registry,
+                                      bool device_pointers,
+                                      std::vector<uint32_t>* realigned);
+
+  GemmProblem problem_;
+  bool all_in_regions_ = true;
+  std::string output_;
+  std::vector<uint32_t> a_copy_;
+  std::vector<uint32_t> b_copy_;
+  std::vector<uint32_t> c_copy_;
+  std::vector<std::shared_ptr<Region>> regions_;  // held while in flight
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_BOUND_OPERANDS_H_

@@ -1,0 +1,31 @@
+// A registered piece of memory that requests read operands from and write
+// results to in place. Subclasses own the underlying handle (an mmap, an
+// opened CUDA IPC handle, an imported VMM allocation) and release it in
+// their destructor; the RegionRegistry shares ownership with in-flight
+// requests, so a region outlives its unregistration until they finish.
+#ifndef MATMUL_SERVER_REGIONS_REGION_H_
+#define MATMUL_SERVER_REGIONS_REGION_H_
+
+#include <cstdint>
+#include <string>
+
+namespace matmul {
+
+class Region {
+ public:
+  virtual ~Region() = default;
+
+  // "shm", "cuda_ipc" or "cuda_vmm".
+  virtual std::string kind() const = 0;
+  virtual int64_t size_bytes() const = 0;
+  // The region's first byte as the host addresses it; null when the host
+  // cannot (device memory).
+  virtual void* host_data() const = 0;
+  // The region's first byte as the backend's GPU addresses it; null when
+  // the GPU cannot (a shared-memory region on the CPU backend).
+  virtual void* device_data() const = 0;
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_REGIONS_REGION_H_

@@ -1,0 +1,131 @@
+#include "server/regions/region_registry.h"
+
+#include <sys/random.h>
+
+#include <cstdint>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+
+namespace matmul {
+
+std::string RandomId() {
+  uint8_t bytes[16];
+  size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    if (n > 0) filled += static_cast<size_t>(n);
+  }
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
+}
+
+std::string RegionRegistry::OpenSession(const std::string& client_name) {
+  auto session = std::make_unique<Session>();
+  session->client_name = client_name;
+  std::string id = RandomId();
+  absl::MutexLock lock(&mu_);
+  sessions_.emplace(id, std::move(session));
+  return id;
+}
+
+void RegionRegistry::CloseSession(const std::string& session_id) {
+  std::unique_ptr<Session> closed;  // regions released outside the lock
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) return;
+  closed = std::move(it->second);
+  sessions_.erase(it);
+}
+
+absl::StatusOr<RegionRegistry::Session*> RegionRegistry::FindSession(
+    const std::string& session_id) const {
+  auto it = sessions_.find(session_id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown session '", session_id,
+                     "'; open one with OpenSession and keep its stream open"));
+  }
+  return it->second.get();
+}
+
+absl::StatusOr<std::string> RegionRegistry::Add(
+    const std::string& session_id, std::shared_ptr<Region> region) {
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = FindSession(session_id);
+  if (!session.ok()) return session.status();
+  Session& s = **session;
+  if (static_cast<int>(s.regions.size()) >= options_.max_regions_per_session) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the session already has ", s.regions.size(),
+                     " regions, the most one session may register"));
+  }
+  if (s.bytes + region->size_bytes() > options_.max_bytes_per_session) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "registering ", region->size_bytes(),
+        " more bytes would exceed the "
+        "session's quota of ",
+        options_.max_bytes_per_session, " bytes (", s.bytes, " registered)"));
+  }
+  std::string id = RandomId();
+  s.bytes += region->size_bytes();
+  s.regions.emplace(id, std::move(region));
+  return id;
+}
+
+absl::StatusOr<bool> RegionRegistry::Remove(const std::string& session_id,
+                                            const std::string& region_id) {
+  std::shared_ptr<Region> removed;  // released outside the lock
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = FindSession(session_id);
+  if (!session.ok()) return session.status();
+  auto it = (*session)->regions.find(region_id);
+  if (it == (*session)->regions.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "region '", region_id, "' is not registered in this session"));
+  }
+  removed = std::move(it->second);
+  (*session)->regions.erase(it);
+  (*session)->bytes -= removed->size_bytes();
+  return removed.use_count() > 1;
+}
+
+absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Find(
+    const std::string& session_id, const std::string& region_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = FindSession(session_id);
+  if (!session.ok()) return session.status();
+  auto it = (*session)->regions.find(region_id);
+  if (it == (*session)->regions.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "region '", region_id, "' is not registered in this session"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::vector<RegionSummary>> RegionRegistry::List(
+    const std::string& session_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  absl::StatusOr<Session*> session = FindSession(session_id);
+  if (!session.ok()) return session.status();
+  std::vector<RegionSummary> out;
+  for (const auto& [id, region] : (*session)->regions) {
+    out.push_back({id, region->kind(), region->size_bytes(),
+                   static_cast<int>(region.use_count() - 1)});
+  }
+  return out;
+}
+
+int RegionRegistry::session_count() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return static_cast<int>(sessions_.size());
+}
+
+int RegionRegistry::region_count() const {
+  absl::ReaderMutexLock lock(&mu_);
+  int count = 0;
+  for (const auto& [id, session] : sessions_) count += session->regions.size();
+  return count;
+}
+
+}  // namespace matmul

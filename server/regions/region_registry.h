@@ -1,0 +1,79 @@
+// Sessions and the regions registered in them. A session is one client
+// process (it holds an OpenSession stream open for its lifetime); a region
+// belongs to exactly one session and is visible to no other. Ids are 128
+// random bits from the kernel, so they cannot be guessed. Lookups hand out
+// shared ownership: a region removed while requests use it is released when
+// the last of them lets go.
+#ifndef MATMUL_SERVER_REGIONS_REGION_REGISTRY_H_
+#define MATMUL_SERVER_REGIONS_REGION_REGISTRY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/regions/region.h"
+
+namespace matmul {
+
+struct RegionRegistryOptions {
+  int max_regions_per_session = 4096;
+  int64_t max_bytes_per_session = int64_t{1} << 40;
+};
+
+struct RegionSummary {
+  std::string region_id;
+  std::string kind;
+  int64_t size_bytes = 0;
+  int requests_in_flight = 0;
+};
+
+class RegionRegistry {
+ public:
+  explicit RegionRegistry(const RegionRegistryOptions& options)
+      : options_(options) {}
+
+  std::string OpenSession(const std::string& client_name);
+  // Drops every region of the session (each freed once unused).
+  void CloseSession(const std::string& session_id);
+
+  // NOT_FOUND for an unknown session, RESOURCE_EXHAUSTED over the quota.
+  absl::StatusOr<std::string> Add(const std::string& session_id,
+                                  std::shared_ptr<Region> region);
+  // Returns whether requests in flight defer the release.
+  absl::StatusOr<bool> Remove(const std::string& session_id,
+                              const std::string& region_id);
+  // NOT_FOUND unless the region is registered in this very session.
+  absl::StatusOr<std::shared_ptr<Region>> Find(
+      const std::string& session_id, const std::string& region_id) const;
+  absl::StatusOr<std::vector<RegionSummary>> List(
+      const std::string& session_id) const;
+
+  int session_count() const;
+  int region_count() const;
+
+ private:
+  struct Session {
+    std::string client_name;
+    int64_t bytes = 0;
+    absl::flat_hash_map<std::string, std::shared_ptr<Region>> regions;
+  };
+
+  absl::StatusOr<Session*> FindSession(const std::string& session_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const RegionRegistryOptions options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_
+      ABSL_GUARDED_BY(mu_);
+};
+
+// 32 hex characters from getrandom(2).
+std::string RandomId();
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_REGIONS_REGION_REGISTRY_H_

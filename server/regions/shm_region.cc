@@ -1,0 +1,100 @@
+#include "server/regions/shm_region.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace matmul {
+
+absl::Status CheckShmName(const std::string& name, const std::string& prefix) {
+  if (name.empty() || name.size() > 200 || name == "." || name == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm name '", name, "' is empty, too long or a dot name"));
+  }
+  for (char ch : name) {
+    const bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                       (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' ||
+                       ch == '-';
+    if (!plain) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "shm name '", name,
+          "' may hold only letters, digits, '.', '_' and '-' (no '/'; give "
+          "the name without the leading slash)"));
+    }
+  }
+  if (!absl::StartsWith(name, prefix)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm name '", name, "' must start with '", prefix,
+                     "' (the daemon's --shm_prefix)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(
+    const std::string& name, const std::string& required_prefix,
+    uint64_t offset_bytes, uint64_t size_bytes) {
+  if (absl::Status status = CheckShmName(name, required_prefix); !status.ok()) {
+    return status;
+  }
+  uint64_t end;
+  if (size_bytes == 0 ||
+      __builtin_add_overflow(offset_bytes, size_bytes, &end) ||
+      end > static_cast<uint64_t>(INT64_MAX)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm region: offset ", offset_bytes, " + size ",
+                     size_bytes, " is empty or overflows"));
+  }
+  const int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    const int error = errno;
+    const std::string message =
+        absl::StrCat("shm_open('/", name, "'): ", strerror(error));
+    if (error == ENOENT) return absl::NotFoundError(message);
+    if (error == EACCES) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(message, " (the daemon runs as uid ", getuid(), ")"));
+    }
+    return absl::FailedPreconditionError(message);
+  }
+  struct stat info {};
+  const bool stat_ok = fstat(fd, &info) == 0;
+  const int stat_errno = errno;
+  if (!stat_ok) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("fstat of shm '", name, "': ", strerror(stat_errno)));
+  }
+  if (end > static_cast<uint64_t>(info.st_size)) {
+    close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shm region [", offset_bytes, ", ", end, ") reaches past the end of '",
+        name, "', which has ", info.st_size, " bytes"));
+  }
+  // mmap offsets must be page-aligned: map from the page that holds the
+  // region's first byte.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t map_offset = offset_bytes / page * page;
+  const size_t map_bytes = static_cast<size_t>(end - map_offset);
+  void* mapping = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                       fd, static_cast<off_t>(map_offset));
+  const int map_errno = errno;
+  close(fd);  // the mapping keeps the object alive
+  if (mapping == MAP_FAILED) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mmap of shm '", name, "': ", strerror(map_errno)));
+  }
+  void* data = static_cast<char*>(mapping) + (offset_bytes - map_offset);
+  return std::unique_ptr<ShmRegion>(new ShmRegion(
+      mapping, map_bytes, data, static_cast<int64_t>(size_bytes)));
+}
+
+ShmRegion::~ShmRegion() { munmap(mapping_, mapping_bytes_); }
+
+}  // namespace matmul
