@@ -6,7 +6,8 @@
 # every tests/gpu/steps/*.sh; logs go under $OUT (few files: the device
 # tool brings back at most 8) and a summary table is printed last.
 # Env: BENCH_REPEAT (3), BENCH_ARGS (extra matmul-bench flags),
-#      TEST_FILTER (gtest filter), SKIP_BENCH=1, SKIP_TORCH=1.
+#      TEST_FILTER (gtest filter), TESTS (space-separated test binaries to
+#      run; default all), SKIP_BENCH=1, SKIP_TORCH=1.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -44,6 +45,7 @@ step nvidia-smi 30 nvidia-smi
 for t in bundle/*_test; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
+  if [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $name "* ]]; then continue; fi
   before=$(wc -l <"$log")
   step "$name" 300 "$t" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER}
   rc=$?
@@ -77,6 +79,12 @@ done
 echo
 [ -f "$OUT/bench.txt" ] && cat "$OUT/bench.txt"
 [ -f "$OUT/torch_bench.txt" ] && cat "$OUT/torch_bench.txt"
+if grep -q '^===== daemon_e2e' "$log"; then
+  echo
+  echo "== daemon end to end =="
+  awk '/^===== daemon_e2e/ {on=1; next} /^===== / {on=0} on' "$log" |
+    grep -E 'shape|latency|kernel|backend|error|PASS|FAIL|exit' | head -30
+fi
 echo
 echo "== failures (first lines) =="
 grep -E '^\[  FAILED  \]|Failure$|error:' "$log" | head -20

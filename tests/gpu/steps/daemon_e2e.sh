@@ -21,6 +21,7 @@ for _ in $(seq 100); do
 done
 rc=0
 cli() { bundle/matmul-cli --target="$sock" "$@"; }
+cli info || rc=1
 cli run --shape=512x1024x2048 --transpose_b --check || rc=1
 # First call: heuristic pick while the shape is tuned in the background;
 # the later ones use the tuned kernel.
