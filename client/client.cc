@@ -221,4 +221,36 @@ absl::StatusOr<v1::GetServerInfoResponse> Client::GetServerInfo() {
   return GetServerInfo(options_.default_timeout);
 }
 
+absl::StatusOr<v1::RegisterRegionResponse> Client::RegisterRegion(
+    const v1::RegisterRegionRequest& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  PrepareContext(context, timeout);
+  v1::RegisterRegionResponse response;
+  grpc::Status status = stub_->RegisterRegion(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::UnregisterRegionResponse> Client::UnregisterRegion(
+    const v1::UnregisterRegionRequest& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  PrepareContext(context, timeout);
+  v1::UnregisterRegionResponse response;
+  grpc::Status status = stub_->UnregisterRegion(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::ListRegionsResponse> Client::ListRegions(
+    const std::string& session_id, absl::Duration timeout) {
+  grpc::ClientContext context;
+  PrepareContext(context, timeout);
+  v1::ListRegionsRequest request;
+  request.set_session_id(session_id);
+  v1::ListRegionsResponse response;
+  grpc::Status status = stub_->ListRegions(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
 }  // namespace matmul

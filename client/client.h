@@ -107,6 +107,19 @@ class Client {
       absl::Duration timeout);
   absl::StatusOr<v1::GetServerInfoResponse> GetServerInfo();
 
+  // Region RPCs (see matmul.proto). Most callers want the RAII wrappers in
+  // client/session.h and client/registered_region.h instead.
+  absl::StatusOr<v1::RegisterRegionResponse> RegisterRegion(
+      const v1::RegisterRegionRequest& request, absl::Duration timeout);
+  absl::StatusOr<v1::UnregisterRegionResponse> UnregisterRegion(
+      const v1::UnregisterRegionRequest& request, absl::Duration timeout);
+  absl::StatusOr<v1::ListRegionsResponse> ListRegions(
+      const std::string& session_id, absl::Duration timeout);
+
+  // The stub, for calls this class does not wrap (Session's OpenSession
+  // stream, which lives as long as its owner rather than one call).
+  v1::MatmulService::Stub& stub() { return *stub_; }
+
   const std::string& target() const { return target_; }
   const ClientOptions& options() const { return options_; }
 
