@@ -242,9 +242,14 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   ASSIGN_OR_RETURN(cuda::CudaStream stream, cuda::CudaStream::Create());
   ASSIGN_OR_RETURN(cuda::CudaEvent start, cuda::CudaEvent::Create());
   ASSIGN_OR_RETURN(cuda::CudaEvent stop, cuda::CudaEvent::Create());
-  return std::unique_ptr<CudaBackend>(
+  auto backend = std::unique_ptr<CudaBackend>(
       new CudaBackend(options, std::move(info), std::move(selector),
                       std::move(stream), std::move(start), std::move(stop)));
+  // cuBLASLt's workspace up front: a cudaMalloc inside the first timed
+  // product would count as kernel time (and synchronise the device).
+  RETURN_IF_ERROR(backend->workspace_.Reserve(
+      backend->selector_->cublaslt().workspace_bytes()));
+  return backend;
 }
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
@@ -265,9 +270,11 @@ CudaBackend::~CudaBackend() {
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
                                                   cudaStream_t stream) {
+  // Resolved before the start event, so that a first call's plan building
+  // is not counted as kernel time.
+  ASSIGN_OR_RETURN(cuda::KernelChoice choice, selector_->Resolve(problem));
   RETURN_IF_ERROR(start_.Record(stream));
-  ASSIGN_OR_RETURN(cuda::KernelChoice choice,
-                   selector_->Run(problem, stream, workspace_));
+  RETURN_IF_ERROR(selector_->RunChoice(choice, problem, stream, workspace_));
   RETURN_IF_ERROR(stop_.Record(stream));
   RETURN_IF_ERROR(stop_.Synchronize());
   GemmRunInfo info;

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
+#include <random>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -341,11 +343,18 @@ absl::Status GemmSelector::RunChoice(const KernelChoice& choice,
 absl::StatusOr<KernelChoice> GemmSelector::Run(const GemmProblem& problem,
                                                cudaStream_t stream,
                                                DeviceBuffer& workspace) {
+  ASSIGN_OR_RETURN(KernelChoice choice, Resolve(problem));
+  RETURN_IF_ERROR(RunChoice(choice, problem, stream, workspace));
+  return choice;
+}
+
+absl::StatusOr<KernelChoice> GemmSelector::Resolve(const GemmProblem& problem) {
   ASSIGN_OR_RETURN(KernelChoice choice, Choose(problem));
+  // CanRun also builds (and caches) the cuBLASLt plan, so a launch right
+  // after this does no host-side set-up.
   if (!CanRun(choice, problem).ok()) {
     ASSIGN_OR_RETURN(choice, Heuristic(problem));
   }
-  RETURN_IF_ERROR(RunChoice(choice, problem, stream, workspace));
   return choice;
 }
 
@@ -485,12 +494,15 @@ absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeChoices(
     ASSIGN_OR_RETURN(std::vector<CudaEvent> e, MakeEvents(2 * iterations));
     events.push_back(std::move(e));
   }
+  std::vector<size_t> order(choices.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::mt19937 shuffler(12345);
   for (int i = 0; i < iterations; ++i) {
-    // Each round starts with a different choice: a kernel's time depends a
-    // little (about 2% on an H200) on what ran just before it (clocks,
-    // power), and a fixed order would hand that bias to one choice.
-    for (size_t slot = 0; slot < choices.size(); ++slot) {
-      const size_t c = (slot + i) % choices.size();
+    // A fresh random order each round: a kernel's time depends a little
+    // (0.5-2% on an H200) on what ran just before it (clocks, power), and
+    // any fixed or cyclic order hands that bias to some choice.
+    std::shuffle(order.begin(), order.end(), shuffler);
+    for (const size_t c : order) {
       RETURN_IF_ERROR(events[c][2 * i].Record(stream.get()));
       RETURN_IF_ERROR(RunChoice(choices[c], data.problem(round++), stream.get(),
                                 workspace));

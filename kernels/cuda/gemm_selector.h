@@ -126,7 +126,12 @@ class GemmSelector {
   absl::Status RunChoice(const KernelChoice& choice, const GemmProblem& problem,
                          cudaStream_t stream, DeviceBuffer& workspace);
 
-  // Choose() + RunChoice(); when the chosen kernel cannot take this
+  // Choose(), then a fallback when the chosen kernel cannot take this
+  // particular instance (e.g. pointer alignment, a column-major C); leaves
+  // nothing to set up on the host for the launch that follows.
+  absl::StatusOr<KernelChoice> Resolve(const GemmProblem& problem);
+
+  // Resolve() + RunChoice(); when the chosen kernel cannot take this
   // particular instance (e.g. pointer alignment), falls back to another that
   // can. Returns what ran.
   absl::StatusOr<KernelChoice> Run(const GemmProblem& problem,
