@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/gemm_problem.h"
 
@@ -37,6 +38,16 @@ class GemmBackend {
   // memory; a GPU backend stages operands to the device and back. Blocks
   // until the output is complete. Thread-safe.
   virtual absl::StatusOr<GemmRunInfo> RunHost(const GemmProblem& problem) = 0;
+
+  // The CUDA device the backend runs on; -1 for a backend without one.
+  virtual int cuda_device() const { return -1; }
+
+  // Computes the product in place for a problem whose pointers all address
+  // memory the backend's device reads and writes (zero-copy regions).
+  // Blocks until the output is complete. Thread-safe.
+  virtual absl::StatusOr<GemmRunInfo> RunDevice(const GemmProblem& problem) {
+    return absl::UnimplementedError(name() + " backend has no device");
+  }
 };
 
 }  // namespace matmul

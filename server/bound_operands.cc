@@ -35,7 +35,6 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
     const RegionRegistry& registry, bool device_pointers,
     std::vector<uint32_t>* realigned) {
   if (!checked.in_region) {
-    all_in_regions_ = false;
     return Aligned(tensor.inline_data(), realigned);
   }
   if (session_id.empty()) {
@@ -56,11 +55,13 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
   }
   void* base = device_pointers ? region->device_data() : region->host_data();
   if (base == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        name, ": a ", region->kind(), " region cannot be read by the ",
-        device_pointers ? "GPU" : "CPU", " backend; ",
-        device_pointers ? "use a shm or CUDA region"
-                        : "run the daemon with --backend=cuda"));
+    return absl::FailedPreconditionError(
+        device_pointers
+            ? absl::StrCat(name, ": a ", region->kind(),
+                           " region is not visible to this backend's GPU")
+            : absl::StrCat(name, ": a ", region->kind(),
+                           " region is device memory; use it with the CUDA "
+                           "backend, with A, B and C all in regions"));
   }
   regions_.push_back(std::move(region));
   return static_cast<const char*>(base) + checked.offset_bytes;
@@ -71,6 +72,7 @@ absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::Bind(
     const RegionRegistry& registry, bool device_pointers) {
   std::unique_ptr<BoundOperands> bound(new BoundOperands());
   bound->problem_ = plan.problem;
+  bound->device_pointers_ = device_pointers;
   GemmProblem& p = bound->problem_;
   const std::string& session = request.session_id();
   ASSIGN_OR_RETURN(const char* a,
@@ -97,7 +99,6 @@ absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::Bind(
     return bound;
   }
 
-  bound->all_in_regions_ = false;  // the result travels inline
   bound->output_.resize(static_cast<size_t>(plan.output_bytes));
   p.c.data = bound->output_.data();
   if (!plan.c || p.beta == 0.0f) return bound;

@@ -37,8 +37,8 @@ class BoundOperands {
   BoundOperands& operator=(const BoundOperands&) = delete;
 
   const GemmProblem& problem() const { return problem_; }
-  // True when no operand is inline: a GPU backend can run it in place.
-  bool all_in_regions() const { return all_in_regions_; }
+  // True when the pointers are the device's (Bind's device_pointers).
+  bool device_pointers() const { return device_pointers_; }
   // Moves the inline result out (empty when the output is in a region).
   std::string TakeOutput() { return std::move(output_); }
 
@@ -55,7 +55,7 @@ class BoundOperands {
                                       std::vector<uint32_t>* realigned);
 
   GemmProblem problem_;
-  bool all_in_regions_ = true;
+  bool device_pointers_ = false;
   std::string output_;
   std::vector<uint32_t> a_copy_;
   std::vector<uint32_t> b_copy_;

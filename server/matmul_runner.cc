@@ -9,7 +9,9 @@ absl::Status MatmulRunner::Run(const MatmulPlan& plan, BoundOperands& operands,
                                absl::Time accepted,
                                v1::MatmulResponse* response) {
   const absl::Time started = absl::Now();
-  absl::StatusOr<GemmRunInfo> run = backend_.RunHost(operands.problem());
+  absl::StatusOr<GemmRunInfo> run = operands.device_pointers()
+                                        ? backend_.RunDevice(operands.problem())
+                                        : backend_.RunHost(operands.problem());
   if (!run.ok()) {
     return absl::Status(
         run.status().code(),

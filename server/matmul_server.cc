@@ -30,13 +30,15 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   ASSIGN_OR_RETURN(server->executor_, Executor::Create(options.executor));
   const int max_concurrent =
       options.executor.worker_threads + options.executor.max_queue_size;
-  server->registry_ = std::make_unique<RegionRegistry>(options.regions);
   RegionOpenOptions region_options;
   region_options.shm_prefix = options.shm_prefix;
-  region_options.cuda_backend = server->backend_->name() == "cuda";
+  region_options.cuda_device = server->backend_->cuda_device();
+  server->region_opener_ = std::make_unique<RegionOpener>(region_options);
+  server->registry_ = std::make_unique<RegionRegistry>(options.regions);
   server->service_ = std::make_unique<MatmulServiceImpl>(
       *server->backend_, *server->executor_, *server->metrics_,
-      *server->registry_, options.limits, region_options, max_concurrent);
+      *server->registry_, *server->region_opener_, options.limits,
+      max_concurrent);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

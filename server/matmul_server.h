@@ -61,6 +61,8 @@ class MatmulServer {
 
   std::unique_ptr<GemmBackend> backend_;
   std::unique_ptr<ServerMetrics> metrics_;
+  // Declared before the registry: regions it opened must go first.
+  std::unique_ptr<RegionOpener> region_opener_;
   std::unique_ptr<RegionRegistry> registry_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<MatmulServiceImpl> service_;

@@ -17,15 +17,15 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 MatmulServiceImpl::MatmulServiceImpl(GemmBackend& backend, Executor& executor,
                                      ServerMetrics& metrics,
                                      RegionRegistry& registry,
+                                     RegionOpener& region_opener,
                                      const ValidationLimits& limits,
-                                     const RegionOpenOptions& region_options,
                                      int max_concurrent_requests)
     : backend_(backend),
       executor_(executor),
       metrics_(metrics),
       registry_(registry),
+      region_opener_(region_opener),
       limits_(limits),
-      region_options_(region_options),
       max_concurrent_requests_(max_concurrent_requests),
       runner_(backend, metrics) {}
 
@@ -52,9 +52,12 @@ void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
     return;
   }
   // Regions are looked up and bounds-checked now, before any queueing.
+  // A GPU backend runs products whose operands all sit in regions in place
+  // (device pointers); any inline operand means staging through the host.
+  const bool in_place = backend_.cuda_device() >= 0 && plan->a.in_region &&
+                        plan->b.in_region && plan->output_in_region;
   absl::StatusOr<std::unique_ptr<BoundOperands>> operands =
-      BoundOperands::Bind(*plan, *request, registry_,
-                          /*device_pointers=*/false);
+      BoundOperands::Bind(*plan, *request, registry_, in_place);
   if (!operands.ok()) {
     finish(operands.status());
     return;
@@ -125,7 +128,7 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::RegisterRegion(
     v1::RegisterRegionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<std::unique_ptr<Region>> region =
-      OpenRegion(*request, region_options_);
+      region_opener_.Open(*request);
   if (!region.ok()) {
     reactor->Finish(ToGrpcStatus(region.status()));
     return reactor;

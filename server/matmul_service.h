@@ -28,8 +28,7 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
  public:
   MatmulServiceImpl(GemmBackend& backend, Executor& executor,
                     ServerMetrics& metrics, RegionRegistry& registry,
-                    const ValidationLimits& limits,
-                    const RegionOpenOptions& region_options,
+                    RegionOpener& region_opener, const ValidationLimits& limits,
                     int max_concurrent_requests);
 
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
@@ -78,7 +77,7 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
   ServerMetrics& metrics_;
   RegionRegistry& registry_;
   const ValidationLimits limits_;
-  const RegionOpenOptions region_options_;
+  RegionOpener& region_opener_;
   const int max_concurrent_requests_;
   MatmulRunner runner_;
 

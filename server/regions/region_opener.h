@@ -1,6 +1,8 @@
-// Opens the memory a RegisterRegion request describes, as a Region the
-// backend can use: shared memory everywhere; CUDA IPC and VMM allocations
-// only on the CUDA backend.
+// Opens the memory a RegisterRegion request describes as a Region the
+// backend can use: shared memory everywhere (registered with CUDA on a GPU
+// backend, so kernels read it in place); CUDA IPC and VMM allocations only
+// on the CUDA backend. One per daemon: it owns the cache of opened IPC
+// handles and must outlive every region it opened.
 #ifndef MATMUL_SERVER_REGIONS_REGION_OPENER_H_
 #define MATMUL_SERVER_REGIONS_REGION_OPENER_H_
 
@@ -9,17 +11,36 @@
 
 #include "absl/status/statusor.h"
 #include "matmul/v1/matmul.pb.h"
+#include "server/regions/cuda_driver_api.h"
+#include "server/regions/cuda_ipc_region.h"
 #include "server/regions/region.h"
 
 namespace matmul {
 
 struct RegionOpenOptions {
   std::string shm_prefix = "matmul";  // shm names must start with it
-  bool cuda_backend = false;
+  int cuda_device = -1;  // the backend's device; -1 on the CPU backend
 };
 
-absl::StatusOr<std::unique_ptr<Region>> OpenRegion(
-    const v1::RegisterRegionRequest& request, const RegionOpenOptions& options);
+class RegionOpener {
+ public:
+  explicit RegionOpener(const RegionOpenOptions& options);
+
+  RegionOpener(const RegionOpener&) = delete;
+  RegionOpener& operator=(const RegionOpener&) = delete;
+
+  absl::StatusOr<std::unique_ptr<Region>> Open(
+      const v1::RegisterRegionRequest& request);
+
+ private:
+  absl::StatusOr<std::unique_ptr<Region>> OpenShm(const v1::ShmRegion& shm);
+  // The driver API, or why CUDA regions cannot be opened here.
+  absl::Status CudaReady() const;
+
+  const RegionOpenOptions options_;
+  absl::StatusOr<CudaDriverApi> driver_;
+  std::unique_ptr<CudaIpcOpener> ipc_;
+};
 
 }  // namespace matmul
 
