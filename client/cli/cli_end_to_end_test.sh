@@ -33,6 +33,8 @@ run run "$target" --shape=127x255x63 --check --transpose_a --out_dtype=fp32
 run run "$target" --shape=7x1000x33 --check --transpose_b --alpha=0.5 --beta=2
 run run "$target" --shape=1x1x1 --check --transpose_a --transpose_b
 run run "$target" --shape=33x17x65 --check --batch=3 --broadcast_b --out_dtype=fp32
+run run "$target" --shape=127x255x63 --check --mode=shm --transpose_b --beta=0.5
+run run "$target" --shape=33x17x65 --check --mode=shm --batch=3 --out_dtype=fp32 --iterations=3
 run run "$target" --shape=64x64x64 --iterations=5 --json
 grep -q '"latency_ms_median"' "$dir/out" ||
   { echo "FAIL: --json lacks latency_ms_median"; failures=$((failures + 1)); }

@@ -26,7 +26,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/region_request_builder.h"
+#include "client/registered_region.h"
 #include "client/request_builder.h"
+#include "client/session.h"
+#include "client/shared_memory_segment.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -61,6 +65,16 @@ ABSL_FLAG(double, tolerance, 0,
           "run: --check's relative error bound; 0 picks it from the output "
           "dtype: 1e-2 for bf16, 1e-4 for fp32.");
 ABSL_FLAG(uint64_t, seed, 1, "run: seed of the random operands.");
+ABSL_FLAG(std::string, mode, "inline",
+          "run: how operands travel. inline: in every request. shm: copied "
+          "once into a POSIX shared-memory segment registered as a region "
+          "(the daemon must run on this host); requests name it and C is "
+          "written there in place, so only the RPCs are timed. With a "
+          "nonzero --beta, later iterations read the C the previous one "
+          "wrote.");
+ABSL_FLAG(std::string, shm_prefix, "matmul",
+          "run --mode=shm: the daemon's --shm_prefix; segment names start "
+          "with it.");
 
 namespace matmul::cli {
 namespace {
@@ -77,7 +91,7 @@ Usage:
                   [--transpose_b] [--batch=N [--broadcast_a] [--broadcast_b]]
                   [--alpha=F] [--beta=F] [--out_dtype=bf16|fp32]
                   [--iterations=N] [--check [--tolerance=F]] [--seed=S]
-                  [--timeout=DURATION] [--json]
+                  [--mode=inline|shm] [--timeout=DURATION] [--json]
 
 Subcommands:
   info  Prints the daemon's version, backend, devices, limits and dtypes
@@ -86,6 +100,8 @@ Subcommands:
         latency around the RPC, GFLOP/s, the server's own queue/kernel/total
         times, and the backend and kernel that ran. --check recomputes it
         with the FP64 reference and prints the relative error and PASS/FAIL.
+        --mode=shm puts A, B and C in a registered shared-memory region
+        (zero-copy; the daemon must be on this host).
 
 ADDR is unix:/path/to.sock (default unix:/tmp/matmul.sock) or host:port.
 
@@ -93,6 +109,7 @@ Examples:
   matmul-cli info --json
   matmul-cli run --shape=127x255x63 --check
   matmul-cli run --shape=4096x4096x4096 --transpose_b --iterations=20
+  matmul-cli run --shape=4096x4096x4096 --mode=shm --iterations=20
 
 Exit codes: 0 ok, 1 RPC failure or --check mismatch, 2 usage error.)";
 
@@ -106,6 +123,8 @@ struct RunOptions {
   double tolerance = 0;
   uint64_t seed = 1;
   bool json = false;
+  bool shm = false;  // --mode=shm
+  std::string shm_prefix;
 };
 
 absl::StatusOr<RunOptions> RunOptionsFromFlags() {
@@ -157,6 +176,13 @@ absl::StatusOr<RunOptions> RunOptionsFromFlags() {
     return absl::InvalidArgumentError("--timeout must be positive");
   }
   options.seed = absl::GetFlag(FLAGS_seed);
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode != "inline" && mode != "shm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--mode must be inline or shm, got '", mode, "'"));
+  }
+  options.shm = mode == "shm";
+  options.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);
   return options;
 }
 
@@ -377,6 +403,8 @@ void PrintRunText(const RunOptions& options, const RunReport& report) {
       spec.effective_batch(), *spec.alpha, *spec.beta,
       DTypeName(spec.resolved_out_dtype()));
   std::cout << absl::StreamFormat("target:     %s\n", options.target);
+  std::cout << absl::StreamFormat("mode:       %s\n",
+                                  options.shm ? "shm" : "inline");
   if (report.latency_seconds.size() == 1) {
     std::cout << absl::StreamFormat("latency:    %.3f ms (wall clock)\n",
                                     median_latency * 1e3);
@@ -468,6 +496,7 @@ void PrintRunJson(const RunOptions& options, const RunReport& report) {
                                                report.latency_seconds.end());
   JsonObject json;
   json.Add("target", options.target)
+      .Add("mode", options.shm ? "shm" : "inline")
       .Add("m", spec.m)
       .Add("n", spec.n)
       .Add("k", spec.k)
@@ -498,14 +527,59 @@ void PrintRunJson(const RunOptions& options, const RunReport& report) {
   std::cout << json.Serialize();
 }
 
+// Where the timed requests' operands live: inline in the request, or in a
+// registered shm segment (set up once, before timing).
+struct Operands {
+  v1::MatmulRequest request;  // what is sent
+  // --mode=shm: the session, segment and region the request names,
+  // destroyed region first (members go in reverse order).
+  std::unique_ptr<Session> session;
+  std::unique_ptr<SharedMemorySegment> segment;
+  std::unique_ptr<RegisteredRegion> region;
+  RegionRequest placed;
+};
+
+// Copies the operands into a fresh segment and registers it; only the
+// RPCs that follow are timed.
+absl::Status PlaceInSharedMemory(Client& client, const RunOptions& options,
+                                 Operands& operands) {
+  ASSIGN_OR_RETURN(operands.session,
+                   Session::Open(client, "matmul-cli", options.timeout));
+  ASSIGN_OR_RETURN(uint64_t bytes,
+                   RegionBytesNeeded(operands.request, RegionPlacement{}));
+  ASSIGN_OR_RETURN(operands.segment,
+                   SharedMemorySegment::Create(static_cast<int64_t>(bytes),
+                                               options.shm_prefix));
+  ASSIGN_OR_RETURN(
+      operands.region,
+      RegisteredRegion::RegisterShm(client, *operands.session,
+                                    *operands.segment, 0, 0, options.timeout));
+  // The name is no longer needed: unlinked now, nothing is left in
+  // /dev/shm even if this process is killed.
+  operands.segment->Unlink();
+  ASSIGN_OR_RETURN(
+      operands.placed,
+      PlaceInRegion(operands.request, operands.segment->bytes(),
+                    operands.region->id(), operands.session->session_id(),
+                    RegionPlacement{}));
+  operands.request = operands.placed.request;
+  return absl::OkStatus();
+}
+
 int RunProduct(const RunOptions& options) {
   std::mt19937_64 rng(options.seed);
-  absl::StatusOr<v1::MatmulRequest> request =
+  absl::StatusOr<v1::MatmulRequest> random_request =
       MakeRandomRequest(options.spec, rng);
-  if (!request.ok()) return UsageError(request.status().message());
+  if (!random_request.ok()) {
+    return UsageError(random_request.status().message());
+  }
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Create(options.target, {.default_timeout = options.timeout});
   if (!client.ok()) return UsageError(client.status().message());
+  // After the client: the region and session it holds are released through
+  // the client's channel, so they must go first.
+  Operands operands;
+  operands.request = *std::move(random_request);
 
   // Connect with a cheap call first, so that the first timed RPC does not
   // include setting up the connection. Unlike WaitForConnected, a call
@@ -515,13 +589,20 @@ int RunProduct(const RunOptions& options) {
       !info.ok()) {
     return RpcError("GetServerInfo", info.status(), options.target);
   }
+  if (options.shm) {
+    if (absl::Status placed = PlaceInSharedMemory(**client, options, operands);
+        !placed.ok()) {
+      return RpcError("setting up the shm region", placed, options.target);
+    }
+  }
+  v1::MatmulRequest& request = operands.request;
 
   RunReport report;
   for (int64_t i = 0; i < options.iterations; ++i) {
-    request->set_request_id(static_cast<uint64_t>(i + 1));
+    request.set_request_id(static_cast<uint64_t>(i + 1));
     const absl::Time start = absl::Now();
     absl::StatusOr<v1::MatmulResponse> response =
-        (*client)->Matmul(*request, options.timeout);
+        (*client)->Matmul(request, options.timeout);
     const absl::Duration latency = absl::Now() - start;
     if (!response.ok()) {
       return RpcError("Matmul", response.status(), options.target);
@@ -531,7 +612,12 @@ int RunProduct(const RunOptions& options) {
     report.kernel_seconds.push_back(response->timing().kernel_seconds());
     report.total_seconds.push_back(response->timing().total_seconds());
     if (options.check && i == 0) {
-      absl::StatusOr<double> error = CheckResponse(*request, *response);
+      // In shm mode C is read back from the segment (before a later
+      // iteration overwrites it).
+      absl::StatusOr<double> error =
+          options.shm ? CheckRegionResponse(operands.placed, *response,
+                                            operands.segment->bytes())
+                      : CheckResponse(request, *response);
       if (!error.ok()) {
         std::cerr << "matmul-cli: check failed: " << error.status() << "\n";
         return kExitFailure;
