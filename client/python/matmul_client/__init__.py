@@ -1,0 +1,34 @@
+"""Python client of the matmul daemon (BF16 GEMM over gRPC).
+
+    import torch, matmul_client
+    y = matmul_client.matmul(x, w, transpose_b=True)   # x @ w.T
+
+CPU tensors reach the daemon through a POSIX shared-memory region of this
+process's session (copied in once per call, or not at all when they were
+made with Client.shared_tensor); CUDA tensors by their storage's CUDA IPC
+handle plus byte offset, read and written in place by the daemon's GPU.
+torch is imported only when a torch tensor is passed, so the package also
+works without it (HostTensor: raw BF16 / FP32 bytes).
+"""
+
+from ._client import (
+    Client,
+    HostTensor,
+    MatmulError,
+    bf16_bytes,
+    close_default_clients,
+    default_client,
+    floats_from_bf16,
+    matmul,
+)
+
+__all__ = [
+    "Client",
+    "HostTensor",
+    "MatmulError",
+    "bf16_bytes",
+    "close_default_clients",
+    "default_client",
+    "floats_from_bf16",
+    "matmul",
+]
