@@ -470,6 +470,24 @@ TEST_F(RegionTest, OutputOverlappingAnInput) {
   EXPECT_TRUE(response.ok()) << response.status();
 }
 
+// Disabled until the daemon compares what regions map rather than their
+// addresses: the overlap check (bound_operands.cc, Overlaps) compares
+// virtual addresses, and two registrations of one shm object are two
+// mappings, so C aliasing A through a second region goes unnoticed and the
+// product reads its own partial output.
+TEST_F(RegionTest, DISABLED_OutputAliasingAnInputThroughAnotherRegion) {
+  const RegionRequest placed = SmallInRegion();
+  auto alias =
+      RegisteredRegion::RegisterShm(daemon_.client(), *session_, *segment_);
+  ASSERT_TRUE(alias.ok()) << alias.status();
+  v1::MatmulRequest request = placed.request;
+  request.mutable_c()->mutable_region()->set_region_id((*alias)->id());
+  request.mutable_c()->mutable_region()->set_offset_bytes(
+      placed.a_offset_bytes);
+  ExpectRejected(request, absl::StatusCode::kInvalidArgument,
+                 "C overlaps A or B in memory");
+}
+
 // --- RegisterRegion -------------------------------------------------------
 
 TEST_F(RegionTest, BadShmNames) {
