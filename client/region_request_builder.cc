@@ -121,6 +121,16 @@ absl::StatusOr<RegionRequest> PlaceInRegion(
   return placed;
 }
 
+absl::StatusOr<RegionRequest> MakeRandomRegionRequest(
+    const ProblemSpec& spec, std::mt19937_64& rng,
+    absl::Span<char> region_memory, const std::string& region_id,
+    const std::string& session_id, RegionPlacement placement,
+    uint64_t base_offset) {
+  ASSIGN_OR_RETURN(v1::MatmulRequest request, MakeRandomRequest(spec, rng));
+  return PlaceInRegion(request, region_memory, region_id, session_id, placement,
+                       base_offset);
+}
+
 absl::StatusOr<v1::Tensor> ResultTensor(const RegionRequest& placed,
                                         const v1::MatmulResponse& response,
                                         absl::Span<const char> region_memory) {

@@ -4,24 +4,25 @@
 // segment's mapping), so the same helpers serve any region kind the client
 // can read.
 //
-//   ASSIGN_OR_RETURN(v1::MatmulRequest inline_request,
-//                    MakeRandomRequest(spec, rng));
 //   ASSIGN_OR_RETURN(RegionRequest placed,
-//                    PlaceInRegion(inline_request, segment->bytes(), *region,
-//                                  {.a = true, .b = true, .c = true}));
+//                    MakeRandomRegionRequest(spec, rng, segment->bytes(),
+//                                            region->id(),
+//                                            session->session_id()));
 //   ASSIGN_OR_RETURN(v1::MatmulResponse response,
 //                    client->Matmul(placed.request));
-//   ASSIGN_OR_RETURN(double error,
-//                    CheckRegionResponse(placed, response, memory));
+//   ASSIGN_OR_RETURN(double error, CheckRegionResponse(placed, response,
+//                                                      segment->bytes()));
 #ifndef MATMUL_CLIENT_REGION_REQUEST_BUILDER_H_
 #define MATMUL_CLIENT_REGION_REQUEST_BUILDER_H_
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "client/request_builder.h"
 #include "kernels/gemm_problem.h"
 #include "matmul/v1/matmul.pb.h"
 
@@ -72,6 +73,15 @@ absl::StatusOr<RegionRequest> PlaceInRegion(
     const v1::MatmulRequest& inline_request, absl::Span<char> region_memory,
     const std::string& region_id, const std::string& session_id,
     RegionPlacement placement, uint64_t base_offset = 0);
+
+// MakeRandomRequest(spec, rng) placed in the region: random BF16 A and B
+// (and the initial C when spec.beta is nonzero) written into
+// `region_memory`, the output there too unless `placement` says otherwise.
+absl::StatusOr<RegionRequest> MakeRandomRegionRequest(
+    const ProblemSpec& spec, std::mt19937_64& rng,
+    absl::Span<char> region_memory, const std::string& region_id,
+    const std::string& session_id, RegionPlacement placement = {},
+    uint64_t base_offset = 0);
 
 // The output as a dense inline Tensor: read from the region when it was
 // written in place, else the response's own C. FAILED_PRECONDITION when

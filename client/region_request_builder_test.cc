@@ -128,5 +128,16 @@ TEST(CheckRegionResponseTest, ReadsTheOutputFromTheRegion) {
   EXPECT_FALSE(*error < 1e-2);
 }
 
+TEST(MakeRandomRegionRequestTest, WritesRandomOperandsIntoTheRegion) {
+  std::vector<char> memory(4096, 0);
+  std::mt19937_64 rng(3);
+  absl::StatusOr<RegionRequest> placed = MakeRandomRegionRequest(
+      {.m = 8, .n = 8, .k = 8}, rng, absl::MakeSpan(memory), "r", "s");
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->request.a().region().region_id(), "r");
+  EXPECT_EQ(0, std::memcmp(memory.data() + placed->a_offset_bytes,
+                           placed->reference.a().inline_data().data(), 128));
+}
+
 }  // namespace
 }  // namespace matmul

@@ -50,7 +50,9 @@ class SharedMemorySegment {
   // Removes the name now, while the mapping (and any daemon-side mapping
   // made by RegisterRegion) stays valid. Call it once every registration of
   // the segment is done: the object then disappears with the last mapping
-  // even if this process is killed before its destructor runs.
+  // even if this process is killed before its destructor runs, and no other
+  // local client can register it by name any more (names are listed in
+  // /dev/shm, and the daemon opens any object of its prefix that it may).
   void Unlink();
 
  private:
