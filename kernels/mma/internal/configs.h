@@ -5,7 +5,9 @@
 //   small-tile configs meant to run 3 per SM on parts with 228 KiB)
 // Shared bytes = (block_m + block_n) * block_k * 2 * stages; the GB10 limit
 // is 101,376 per block (the first entry does not fit: it is the seed's
-// 144 KiB config, kept for parts with more shared memory).
+// 144 KiB config, kept for parts with more shared memory). The 192x128
+// entries have 96x64 warp tiles, which run the in-place fragment main loop
+// (Gemm::InPlaceLoop).
 #ifndef MATMUL_KERNELS_MMA_INTERNAL_CONFIGS_H_
 #define MATMUL_KERNELS_MMA_INTERNAL_CONFIGS_H_
 
@@ -17,6 +19,8 @@
   X(256, 128, 32, 4, 4, 2, 8, 1) \
   X(128, 128, 64, 3, 2, 2, 8, 1) \
   X(128, 128, 32, 4, 2, 2, 8, 1) \
+  X(192, 128, 64, 2, 2, 2, 8, 1) \
+  X(192, 128, 32, 4, 2, 2, 8, 1) \
   X(128, 64, 128, 2, 2, 2, 8, 1) \
   X(128, 64, 64, 3, 2, 2, 8, 3)  \
   X(64, 128, 64, 3, 2, 2, 8, 3)  \

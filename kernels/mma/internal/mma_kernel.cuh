@@ -46,6 +46,12 @@ struct TileShape {
   static_assert(kWTM % 16 == 0 && kWTN % 16 == 0, "warp tile of 16x16s");
   static_assert(kBK % 32 == 0, "block_k >= 32 (64-byte rows) for the swizzle");
   static_assert(kKSteps >= 2, "the fragment pipeline needs two k-steps");
+  // Warp tiles over 64x64 (96x64: 192 accumulators) cannot afford two sets
+  // of fragments: they refill one set in place, each fragment right after
+  // its last MMA of the step (see Gemm::InPlaceLoop).
+  static constexpr bool kInPlaceFrags = kMI * kNJ > 32;
+  static_assert(!kInPlaceFrags || (kMI % 2 == 0 && kKSteps % 2 == 0),
+                "in-place refill relies on an even serpentine");
 };
 
 // The unaligned kernel's tile (see launch.h).
@@ -155,52 +161,71 @@ struct SmemTile {
 // advancing along K on each Advance(). Out-of-range elements become zeros.
 // kVec: 16-byte cp.async (needs 16-byte aligned chunks); otherwise
 // predicated 2-byte loads and 16-byte shared stores, for any alignment.
-template <Major kMajor, int kMN, int kBK, int kThreads, bool kVec>
+template <Major kMajor, int kMN, int kBK, int kThreads, bool kVec,
+          bool kLean = false>
 struct TileLoader {
   using Tile = SmemTile<kMajor, kMN, kBK>;
   static constexpr int kChunks = kMN * kBK / 8;
   static_assert(kChunks % kThreads == 0, "whole chunks per thread");
-  static_assert(kThreads % Tile::kChunksPerRow == 0, "fixed chunk per thread");
-  static constexpr int kIters = kChunks / kThreads;
-  static constexpr int kRowStep = kThreads / Tile::kChunksPerRow;
+  // Each thread keeps one chunk column. Rows whose chunk count does not
+  // divide the thread count (384-byte rows: 192 MN-major elements) are cut
+  // into 128-byte groups of 8 chunks; a thread then copies the same chunk of
+  // every group, which keeps the swizzle key and all offsets immediates.
+  static constexpr bool kGrouped = kThreads % Tile::kChunksPerRow != 0;
+  static constexpr int kGroupChunks = kGrouped ? 8 : Tile::kChunksPerRow;
+  static constexpr int kGroups = Tile::kChunksPerRow / kGroupChunks;
+  static_assert(!kGrouped || Tile::kRowBytes % 128 == 0, "grouped rows");
+  static_assert(kThreads % kGroupChunks == 0, "fixed chunk per thread");
+  static constexpr int kRowStep = kThreads / kGroupChunks;
+  static_assert(Tile::kRows % kRowStep == 0, "whole row steps");
+  static constexpr int kIters = Tile::kRows / kRowStep;  // per group
 
-  // Kept to four registers (the main loop has ~60 left beside the
-  // accumulators and fragments); the rest is recomputed from threadIdx.
+  // The large warp tiles (kLean) keep three registers: the pointer and the
+  // rows (A) or columns (B) of the block in range; the rest is recomputed
+  // from threadIdx and the k-tile index. The others keep four, updated per
+  // k-tile, which their register budget affords and which leaves their
+  // code as it was measured.
   const uint16_t* ptr;  // this thread's first chunk at the current k-tile
-  int rows_left;        // stored rows still in range at this k-tile
-  int elems_left;       // elements in range from this thread's chunk start
+  int rows_left;        // !kLean: stored rows still in range at this k-tile
+  int elems_left;       // !kLean: elements in range from the chunk's start
+  int mn_left;          // kLean: rows (A) or columns (B) of the block in range
 
   __device__ __forceinline__ static int Row0() {
-    return threadIdx.x / Tile::kChunksPerRow;
+    return threadIdx.x / kGroupChunks;
   }
   __device__ __forceinline__ static int Chunk() {
-    return threadIdx.x % Tile::kChunksPerRow;
+    return threadIdx.x % kGroupChunks;
   }
 
   // base: the operand's [0,0] for this batch entry; ld: its non-unit stride;
   // mn0: first row (A) or column (B) of the block; mn_size: m or n.
   __device__ __forceinline__ TileLoader(const uint16_t* base, int64_t ld,
                                         int mn0, int mn_size, int k_size) {
+    if constexpr (kLean) mn_left = mn_size - mn0;
     if constexpr (kMajor == Major::kK) {
       // stored rows are m (or n), chunks run along k
       ptr = base + (static_cast<int64_t>(mn0) + Row0()) * ld + Chunk() * 8;
-      rows_left = mn_size - mn0;
-      elems_left = k_size - Chunk() * 8;
+      if constexpr (!kLean) {
+        rows_left = mn_size - mn0;
+        elems_left = k_size - Chunk() * 8;
+      }
     } else {
       // stored rows are k, chunks run along m (or n)
       ptr = base + static_cast<int64_t>(Row0()) * ld + mn0 + Chunk() * 8;
-      rows_left = k_size;
-      elems_left = mn_size - mn0 - Chunk() * 8;
+      if constexpr (!kLean) {
+        rows_left = k_size;
+        elems_left = mn_size - mn0 - Chunk() * 8;
+      }
     }
   }
 
   __device__ __forceinline__ void Advance(int64_t ld) {
     if constexpr (kMajor == Major::kK) {
       ptr += kBK;
-      elems_left -= kBK;
+      if constexpr (!kLean) elems_left -= kBK;
     } else {
       ptr += kBK * ld;
-      rows_left -= kBK;
+      if constexpr (!kLean) rows_left -= kBK;
     }
   }
 
@@ -219,17 +244,31 @@ struct TileLoader {
     const uint32_t dst0 = stage + Tile::Offset(row0, chunk);
     const char* base = reinterpret_cast<const char*>(ptr);
 #pragma unroll
-    for (int i = 0; i < kIters; ++i) {
-      const uint32_t dst =
-          kLinear ? dst0 + i * kRowStep * Tile::kRowBytes
-                  : stage + Tile::Offset(row0 + i * kRowStep, chunk);
-      CpAsync16Full(dst, base + static_cast<uint64_t>(i) * step_bytes);
+    for (int g = 0; g < kGroups; ++g) {
+#pragma unroll
+      for (int i = 0; i < kIters; ++i) {
+        const uint32_t dst =
+            (kLinear ? dst0 + i * kRowStep * Tile::kRowBytes
+                     : stage + Tile::Offset(row0 + i * kRowStep, chunk)) +
+            g * 128;
+        CpAsync16Full(dst,
+                      base + static_cast<uint64_t>(i) * step_bytes + g * 128);
+      }
     }
   }
 
-  __device__ __forceinline__ void Load(uint32_t stage, int64_t ld) const {
+  // k_left: elements of K in range from this k-tile's start.
+  __device__ __forceinline__ void Load(uint32_t stage, int64_t ld,
+                                       int k_left) const {
     const int row0 = Row0();
     const int chunk = Chunk();
+    // Stored rows in range, and elements in range from the chunk's start.
+    const int rows_left = !kLean                ? this->rows_left
+                          : kMajor == Major::kK ? mn_left
+                                                : k_left;
+    const int elems_left =
+        !kLean ? this->elems_left
+               : (kMajor == Major::kK ? k_left : mn_left) - chunk * 8;
     const int chunk_elems = min(max(elems_left, 0), 8);
     const int64_t step = static_cast<int64_t>(kRowStep) * ld;
     // Moving kRowStep rows keeps the swizzle key when it is a multiple of 8
@@ -237,13 +276,18 @@ struct TileLoader {
     constexpr bool kLinear =
         Tile::kRowBytes >= 128 ? kRowStep % 8 == 0 : kRowStep % 16 == 0;
     const uint32_t dst0 = stage + Tile::Offset(row0, chunk);
-    const uint16_t* src = ptr;
 #pragma unroll
-    for (int i = 0; i < kIters; ++i) {
+    for (int gi = 0; gi < kGroups * kIters; ++gi) {
+      const int g = gi / kIters;
+      const int i = gi % kIters;
+      const uint16_t* src = ptr + i * step + g * 64;
       const int row = row0 + i * kRowStep;
-      const uint32_t dst = kLinear ? dst0 + i * kRowStep * Tile::kRowBytes
-                                   : stage + Tile::Offset(row, chunk);
-      const int bytes = row < rows_left ? chunk_elems * 2 : 0;
+      const uint32_t dst = (kLinear ? dst0 + i * kRowStep * Tile::kRowBytes
+                                    : stage + Tile::Offset(row, chunk)) +
+                           g * 128;
+      const int group_elems =
+          kGroups == 1 ? chunk_elems : min(max(elems_left - g * 64, 0), 8);
+      const int bytes = row < rows_left ? group_elems * 2 : 0;
       if constexpr (kVec) {
         // With 0 bytes nothing is read (the address may be out of range)
         // and the 16 bytes are zero-filled.
@@ -259,7 +303,6 @@ struct TileLoader {
           StoreShared2(dst + 2 * e, v);
         }
       }
-      src += step;
     }
   }
 };
@@ -301,28 +344,64 @@ struct Gemm {
   // 16 rows keeps row % 8, so the swizzle is unchanged); an MN-major tile's
   // is off[i] + kk * 16 rows. Either way the second term is an immediate,
   // which keeps the main loop's address registers to a handful.
-  template <Major kMajor, class Tile, int kFrags, bool kBOrder>
+  template <Major kMajor, class Tile, int kFrags, bool kBOrder, int kWarpMN>
   struct FragOffsets {
-    static constexpr int kCount = kMajor == Major::kK ? S::kKSteps : kFrags;
+    // The large warp tiles have no registers for a table. For rows of >= 128
+    // bytes, Offset(row, c) = (row * kRowBytes + 16 * c) ^ (16 * (row & 7)):
+    // the XOR only touches bits 4-6, where row * kRowBytes has zeros. The
+    // chunk index that varies (2 * kk + k_half along K, 2 * frag + mn_half
+    // along MN) then moves the sum by 32 per step, so an offset is one
+    // register and an immediate: XOR (within one 128-byte line, kk < 4 or
+    // warp origins on 64-element lines) or add-then-XOR with a second
+    // register holding the row key (96-element warp tiles along MN).
+    static constexpr bool kCompact = S::kInPlaceFrags;
+    static constexpr bool kXorOnly =
+        kMajor == Major::kK ? S::kKSteps <= 4 : kWarpMN % 64 == 0;
+    static_assert(!kCompact || Tile::kRowBytes >= 128 ||
+                      (kMajor == Major::kK && S::kKSteps <= 2),
+                  "compact offsets");
+    static constexpr int kCount =
+        kCompact ? (kXorOnly ? 1 : 2)
+                 : (kMajor == Major::kK ? S::kKSteps : kFrags);
     uint32_t off[kCount];
     __device__ __forceinline__ FragOffsets(int mn0, int lane) {
+      if constexpr (kCompact && !kXorOnly) {
+        static_assert(kMajor == Major::kMN, "K-major takes the XOR form");
+        const int row =
+            (kBOrder ? (lane >> 3) & 1 : lane >> 4) * 8 + (lane & 7);
+        const int mn_half = kBOrder ? lane >> 4 : (lane >> 3) & 1;
+        off[1] = (row & 7) << 4;
+        off[0] = row * Tile::kRowBytes + (((mn0 >> 3) + mn_half) << 4);
+      } else {
 #pragma unroll
-      for (int x = 0; x < kCount; ++x) {
-        off[x] = kMajor == Major::kK
-                     ? FragOffset<kMajor, Tile, kBOrder>(mn0, x, lane)
-                     : FragOffset<kMajor, Tile, kBOrder>(mn0 + 16 * x, 0, lane);
+        for (int x = 0; x < kCount; ++x) {
+          off[x] =
+              kMajor == Major::kK
+                  ? FragOffset<kMajor, Tile, kBOrder>(mn0, x, lane)
+                  : FragOffset<kMajor, Tile, kBOrder>(mn0 + 16 * x, 0, lane);
+        }
       }
     }
+    // XOR form: x (< 4) flips bits 5-6 of the chunk within its line.
+    __device__ __forceinline__ static uint32_t Flip(uint32_t base, int x) {
+      return (base ^ ((x & 3) << 5)) + (x >> 2) * 128;
+    }
     __device__ __forceinline__ uint32_t Get(int frag, int kk) const {
-      if constexpr (kMajor == Major::kK) {
+      if constexpr (kCompact && !kXorOnly) {
+        return ((off[0] + 32 * frag) ^ off[1]) + kk * 16 * Tile::kRowBytes;
+      } else if constexpr (kCompact && kMajor == Major::kK) {
+        return Flip(off[0], kk) + frag * 16 * Tile::kRowBytes;
+      } else if constexpr (kCompact) {
+        return Flip(off[0], frag) + kk * 16 * Tile::kRowBytes;
+      } else if constexpr (kMajor == Major::kK) {
         return off[kk] + frag * 16 * Tile::kRowBytes;
       } else {
         return off[frag] + kk * 16 * Tile::kRowBytes;
       }
     }
   };
-  using OffsetsA = FragOffsets<kA, TileA, S::kMI, false>;
-  using OffsetsB = FragOffsets<kB, TileB, S::kNJ / 2, true>;
+  using OffsetsA = FragOffsets<kA, TileA, S::kMI, false, S::kWTM>;
+  using OffsetsB = FragOffsets<kB, TileB, S::kNJ / 2, true, S::kWTN>;
 
   __device__ __forceinline__ static void LoadFrags(Frags& f, uint32_t stage_a,
                                                    uint32_t stage_b,
@@ -362,10 +441,10 @@ struct Gemm {
     const int wm = (warp / S::kWN) * S::kWTM;
     const int wn = (warp % S::kWN) * S::kWTN;
 
-    TileLoader<kA, S::kBM, S::kBK, S::kThreads, kVec> load_a(a, p.lda, m0, p.m,
-                                                             p.k);
-    TileLoader<kB, S::kBN, S::kBK, S::kThreads, kVec> load_b(b, p.ldb, n0, p.n,
-                                                             p.k);
+    TileLoader<kA, S::kBM, S::kBK, S::kThreads, kVec, S::kInPlaceFrags> load_a(
+        a, p.lda, m0, p.m, p.k);
+    TileLoader<kB, S::kBN, S::kBK, S::kThreads, kVec, S::kInPlaceFrags> load_b(
+        b, p.ldb, n0, p.n, p.k);
     const uint32_t smem_b = smem + S::kStages * S::kStageBytesA;
     const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
     // k-tiles [0, full_tiles) of an interior block load without predicates.
@@ -379,8 +458,9 @@ struct Gemm {
           return;
         }
       }
-      load_a.Load(smem + stage * S::kStageBytesA, p.lda);
-      load_b.Load(smem_b + stage * S::kStageBytesB, p.ldb);
+      const int k_left = p.k - tile * S::kBK;
+      load_a.Load(smem + stage * S::kStageBytesA, p.lda, k_left);
+      load_b.Load(smem_b + stage * S::kStageBytesB, p.ldb, k_left);
     };
 
     // Prologue: stages 0 .. kStages-2 in flight.
@@ -398,6 +478,17 @@ struct Gemm {
 
     const OffsetsA offs_a(wm, lane);
     const OffsetsB offs_b(wn, lane);
+    if constexpr (S::kInPlaceFrags) {
+      // Two copies of the loop, so that the one interior blocks run holds no
+      // predicated loads (and their registers) at all.
+      if (kVec && full_tiles == k_tiles && p.k % S::kBK == 0) {
+        InPlaceLoop<kVec>(acc, p, smem, smem_b, offs_a, offs_b, load_a, load_b);
+      } else {
+        InPlaceLoop<false>(acc, p, smem, smem_b, offs_a, offs_b, load_a,
+                           load_b);
+      }
+      return;
+    }
     Frags frags[2];
     int read = 0;
     int write = S::kStages - 1;
@@ -428,6 +519,91 @@ struct Gemm {
           write = (write + 1 == S::kStages) ? 0 : write + 1;
         }
         Mmas(acc, frags[kk % 2]);
+      }
+    }
+    CpAsyncWait<0>();
+  }
+
+  // Main loop of the large warp tiles (96x64: 192 accumulators), which
+  // cannot afford two full sets of fragments. A is double-buffered by row:
+  // the ldmatrix of row i + 1 is issued before row i's MMAs (NJ MMAs of
+  // cover), so two A fragments are live instead of kMI. B is refilled in
+  // place: each pair right after its MMA in the step's last row. Rows run
+  // in serpentine order with the direction set by (i + kk) parity (kMI and
+  // kKSteps are even), so the next step's first row starts with the B pair
+  // that was refilled first. The k-tile's barrier sits before the last row
+  // of the last step, when kMI - 1 rows of MMAs are queued behind it.
+  // kFull: every k-tile of this block is wholly in range (LoadFull only).
+  template <bool kFull, class LoaderA, class LoaderB>
+  __device__ __forceinline__ static void InPlaceLoop(
+      float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, uint32_t smem,
+      uint32_t smem_b, const OffsetsA& oa, const OffsetsB& ob, LoaderA& load_a,
+      LoaderB& load_b) {
+    const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
+    uint32_t a[2][4];
+    uint32_t b[S::kNJ][2];
+    int read = 0;
+    Ldmatrix4<kA == Major::kMN>(a[0], smem + oa.Get(0, 0));
+#pragma unroll
+    for (int j = 0; j < S::kNJ / 2; ++j) {
+      Ldmatrix4x2<kB == Major::kMN>(b[2 * j], b[2 * j + 1],
+                                    smem_b + ob.Get(j, 0));
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+#pragma unroll
+      for (int kk = 0; kk < S::kKSteps; ++kk) {
+        if (kk == 0) {
+          // Loads of k-tile kt + kStages - 1, into the stage consumed during
+          // k-tile kt - 1 (every warp passed the barrier after reading it).
+          if (kt + S::kStages - 1 < k_tiles) {
+            const int write = read == 0 ? S::kStages - 1 : read - 1;
+            const uint32_t dst_a = smem + write * S::kStageBytesA;
+            const uint32_t dst_b = smem_b + write * S::kStageBytesB;
+            if constexpr (kFull) {
+              load_a.LoadFull(dst_a, p.lda);
+              load_b.LoadFull(dst_b, p.ldb);
+            } else {
+              const int k_left = p.k - (kt + S::kStages - 1) * S::kBK;
+              load_a.Load(dst_a, p.lda, k_left);
+              load_b.Load(dst_b, p.ldb, k_left);
+            }
+            load_a.Advance(p.lda);
+            load_b.Advance(p.ldb);
+          }
+          CpAsyncCommit();
+        }
+        const int next = (kk + 1) % S::kKSteps;
+#pragma unroll
+        for (int i = 0; i < S::kMI; ++i) {
+          if (i + 1 < S::kMI) {
+            Ldmatrix4<kA == Major::kMN>(
+                a[(i + 1) & 1],
+                smem + read * S::kStageBytesA + oa.Get(i + 1, kk));
+          } else {
+            if (kk == S::kKSteps - 1) {
+              // Step 0 of k-tile kt + 1 reads the next stage: it must have
+              // landed, and (for the cp.async batch issued at kt + 1) every
+              // warp must be done with this one.
+              CpAsyncWait<S::kStages - 2>();
+              __syncthreads();
+              read = (read + 1 == S::kStages) ? 0 : read + 1;
+            }
+            Ldmatrix4<kA == Major::kMN>(
+                a[0], smem + read * S::kStageBytesA + oa.Get(0, next));
+          }
+          const bool forward = ((i + kk) & 1) == 0;
+#pragma unroll
+          for (int jj = 0; jj < S::kNJ; ++jj) {
+            const int j = forward ? jj : S::kNJ - 1 - jj;
+            MmaBf16(acc[i][j], a[i & 1], b[j]);
+            if (i == S::kMI - 1 && (j & 1) == (forward ? 1 : 0)) {
+              const int pair = j >> 1;
+              Ldmatrix4x2<kB == Major::kMN>(
+                  b[2 * pair], b[2 * pair + 1],
+                  smem_b + read * S::kStageBytesB + ob.Get(pair, next));
+            }
+          }
+        }
       }
     }
     CpAsyncWait<0>();
