@@ -1,6 +1,6 @@
 # matmul-server for the DGX Spark (arm64) and other CUDA 13 hosts.
 #   docker build -t matmul-server .
-#   docker run --gpus all --ipc=host -v /tmp:/tmp -p 127.0.0.1:9466:9466 matmul-server
+#   docker run --gpus all --ipc=host --pid=host -v /tmp:/tmp -p 127.0.0.1:9466:9466 matmul-server
 FROM nvidia/cuda:13.0.0-devel-ubuntu24.04 AS build
 ARG CUDA_ARCHITECTURES="90a;120a;121a"
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \

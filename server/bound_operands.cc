@@ -1,5 +1,6 @@
 #include "server/bound_operands.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -20,20 +21,13 @@ const char* Aligned(const std::string& bytes, std::vector<uint32_t>* copy) {
   return reinterpret_cast<const char*>(copy->data());
 }
 
-bool Overlaps(const char* a, int64_t a_bytes, const char* b, int64_t b_bytes) {
-  const uintptr_t a0 = reinterpret_cast<uintptr_t>(a);
-  const uintptr_t b0 = reinterpret_cast<uintptr_t>(b);
-  return a0 < b0 + static_cast<uintptr_t>(b_bytes) &&
-         b0 < a0 + static_cast<uintptr_t>(a_bytes);
-}
-
 }  // namespace
 
 absl::StatusOr<const char*> BoundOperands::Resolve(
     const v1::Tensor& tensor, const CheckedTensor& checked,
     const std::string& name, const std::string& session_id,
     const RegionRegistry& registry, bool device_pointers,
-    std::vector<uint32_t>* realigned) {
+    std::vector<uint32_t>* realigned, std::optional<Span>* span) {
   if (!checked.in_region) {
     return Aligned(tensor.inline_data(), realigned);
   }
@@ -63,7 +57,13 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
                            " region is device memory; use it with the CUDA "
                            "backend, with A, B and C all in regions"));
   }
-  regions_.push_back(std::move(region));
+  const Region::Placement placement = region->placement();
+  const uint64_t begin = placement.offset + checked.offset_bytes;
+  *span = Span{placement.object, begin,
+               begin + static_cast<uint64_t>(checked.extent_bytes)};
+  if (std::find(regions_.begin(), regions_.end(), region) == regions_.end()) {
+    regions_.push_back(region);
+  }
   return static_cast<const char*>(base) + checked.offset_bytes;
 }
 
@@ -75,12 +75,13 @@ absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::Bind(
   bound->device_pointers_ = device_pointers;
   GemmProblem& p = bound->problem_;
   const std::string& session = request.session_id();
+  std::optional<Span> a_span, b_span, c_span;
   ASSIGN_OR_RETURN(const char* a,
                    bound->Resolve(request.a(), plan.a, "A", session, registry,
-                                  device_pointers, &bound->a_copy_));
+                                  device_pointers, &bound->a_copy_, &a_span));
   ASSIGN_OR_RETURN(const char* b,
                    bound->Resolve(request.b(), plan.b, "B", session, registry,
-                                  device_pointers, &bound->b_copy_));
+                                  device_pointers, &bound->b_copy_, &b_span));
   p.a.data = a;
   p.b.data = b;
 
@@ -88,10 +89,9 @@ absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::Bind(
     ASSIGN_OR_RETURN(
         const char* c,
         bound->Resolve(request.c(), *plan.c, "C", session, registry,
-                       device_pointers, &bound->c_copy_));
-    const int64_t c_bytes = plan.c->extent_bytes;
-    if ((plan.a.in_region && Overlaps(c, c_bytes, a, plan.a.extent_bytes)) ||
-        (plan.b.in_region && Overlaps(c, c_bytes, b, plan.b.extent_bytes))) {
+                       device_pointers, /*realigned=*/nullptr, &c_span));
+    if ((a_span && c_span->Overlaps(*a_span)) ||
+        (b_span && c_span->Overlaps(*b_span))) {
       return absl::InvalidArgumentError(
           "C overlaps A or B in memory; the output must not alias an input");
     }

@@ -10,6 +10,7 @@
 #define MATMUL_SERVER_BOUND_OPERANDS_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,22 +46,33 @@ class BoundOperands {
  private:
   BoundOperands() = default;
 
-  // Resolves one operand to its first element's address.
-  absl::StatusOr<const char*> Resolve(const v1::Tensor& tensor,
-                                      const CheckedTensor& checked,
-                                      const std::string& name,
-                                      const std::string& session_id,
-                                      const RegionRegistry& registry,
-                                      bool device_pointers,
-                                      std::vector<uint32_t>* realigned);
+  // The bytes an operand in a region covers, in its Region::Placement
+  // terms.
+  struct Span {
+    std::string object;
+    uint64_t begin = 0;
+    uint64_t end = 0;
+    bool Overlaps(const Span& other) const {
+      return object == other.object && begin < other.end && other.begin < end;
+    }
+  };
+
+  // Resolves one operand to its first element's address; `span` is set for
+  // an operand in a region.
+  absl::StatusOr<const char*> Resolve(
+      const v1::Tensor& tensor, const CheckedTensor& checked,
+      const std::string& name, const std::string& session_id,
+      const RegionRegistry& registry, bool device_pointers,
+      std::vector<uint32_t>* realigned, std::optional<Span>* span);
 
   GemmProblem problem_;
   bool device_pointers_ = false;
   std::string output_;
   std::vector<uint32_t> a_copy_;
   std::vector<uint32_t> b_copy_;
-  std::vector<uint32_t> c_copy_;
-  std::vector<std::shared_ptr<Region>> regions_;  // held while in flight
+  // Held while in flight, each distinct region once (so a region's use
+  // count, less the registry's reference, counts requests).
+  std::vector<std::shared_ptr<Region>> regions_;
 };
 
 }  // namespace matmul

@@ -47,6 +47,13 @@ ABSL_FLAG(int64_t, max_dimension, int64_t{1} << 24,
 ABSL_FLAG(int, max_metric_shapes, 64,
           "Distinct shapes that get their own metric series; later shapes "
           "are counted under shape=\"other\".");
+ABSL_FLAG(std::string, shm_prefix, "matmul",
+          "Shared-memory regions must be named with this prefix (POSIX shm "
+          "names, no '/'), so clients can reach no other shm object.");
+ABSL_FLAG(int, max_regions_per_session, 4096,
+          "Regions one session (client) may register at once.");
+ABSL_FLAG(int64_t, max_region_bytes_per_session, int64_t{1} << 40,
+          "Bytes of regions one session may register at once.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long calls in progress may take to finish "
           "before they are cancelled.");
@@ -139,6 +146,11 @@ int main(int argc, char** argv) {
   options.executor.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.limits.max_dimension = absl::GetFlag(FLAGS_max_dimension);
+  options.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);
+  options.regions.max_regions_per_session =
+      absl::GetFlag(FLAGS_max_regions_per_session);
+  options.regions.max_bytes_per_session =
+      absl::GetFlag(FLAGS_max_region_bytes_per_session);
   absl::StatusOr<std::unique_ptr<matmul::MatmulServer>> server =
       matmul::MatmulServer::Create(options, *std::move(backend));
   if (!server.ok()) {

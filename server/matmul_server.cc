@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "server/regions/shm_region.h"
 
 namespace matmul {
 
@@ -20,6 +21,11 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes is ", options.limits.max_message_bytes,
                      "; expected 1024 to ", INT32_MAX));
+  }
+  if (absl::Status prefix = CheckShmName(options.shm_prefix, "");
+      !prefix.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shm_prefix: ", prefix.message()));
   }
   std::unique_ptr<MatmulServer> server(new MatmulServer());
   server->backend_ = std::move(backend);

@@ -470,12 +470,9 @@ TEST_F(RegionTest, OutputOverlappingAnInput) {
   EXPECT_TRUE(response.ok()) << response.status();
 }
 
-// Disabled until the daemon compares what regions map rather than their
-// addresses: the overlap check (bound_operands.cc, Overlaps) compares
-// virtual addresses, and two registrations of one shm object are two
-// mappings, so C aliasing A through a second region goes unnoticed and the
-// product reads its own partial output.
-TEST_F(RegionTest, DISABLED_OutputAliasingAnInputThroughAnotherRegion) {
+// Two registrations of one shm object are two mappings at different
+// addresses: the overlap check must compare the object, not addresses.
+TEST_F(RegionTest, OutputAliasingAnInputThroughAnotherRegion) {
   const RegionRequest placed = SmallInRegion();
   auto alias =
       RegisteredRegion::RegisterShm(daemon_.client(), *session_, *segment_);
@@ -726,11 +723,8 @@ TEST_F(InFlightTest, UnregisterOfAQueuedRequestsRegionIsDeferred) {
   EXPECT_TRUE(WaitFor([&] { return MappingsOf(segment_->name()) == 1; }));
 }
 
-// Disabled until the daemon counts requests rather than operands:
-// RegionRegistry::List reports use_count() - 1 (region_registry.cc) and
-// BoundOperands holds one reference per operand in the region, so one
-// request with A, B and C in the same region shows 3.
-TEST_F(InFlightTest, DISABLED_RequestsInFlightCountsRequests) {
+// One request with A, B and C in the same region is one request in flight.
+TEST_F(InFlightTest, RequestsInFlightCountsRequests) {
   auto request = MakeRandomRequest({.m = 2048, .n = 2048, .k = 4096}, rng_);
   ASSERT_TRUE(request.ok());
   auto placed = PlaceInRegion(*request, segment_->bytes(), region_->id(),

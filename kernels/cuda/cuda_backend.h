@@ -71,10 +71,15 @@ class CudaBackend : public GemmBackend {
   // the backend's own stream) and the call returns once it is complete, so
   // that kernel_seconds is known.
   absl::StatusOr<GemmRunInfo> RunDevice(const GemmProblem& problem,
-                                        cudaStream_t stream = nullptr);
+                                        cudaStream_t stream);
+  // GemmBackend's entry point: the backend's own stream.
+  absl::StatusOr<GemmRunInfo> RunDevice(const GemmProblem& problem) override {
+    return RunDevice(problem, nullptr);
+  }
 
   cuda::GemmSelector& selector() { return *selector_; }
   int device() const { return options_.device; }
+  int cuda_device() const override { return options_.device; }
 
  private:
   CudaBackend(const CudaBackendOptions& options, DeviceInfo info,

@@ -19,6 +19,11 @@ class CudaIpcRegion final : public Region {
   int64_t size_bytes() const override { return size_; }
   void* host_data() const override { return nullptr; }
   void* device_data() const override { return mapping_.get(); }
+  // Every registration of one handle shares one mapping: its address
+  // identifies the memory.
+  Placement placement() const override {
+    return {"cuda", reinterpret_cast<uintptr_t>(mapping_.get())};
+  }
 
  private:
   std::shared_ptr<void> mapping_;

@@ -47,6 +47,9 @@ class CudaVmmRegion final : public Region {
   void* device_data() const override {
     return reinterpret_cast<void*>(address_);
   }
+  // Two imports of one allocation are not recognised as the same memory;
+  // the address identifies this mapping only.
+  Placement placement() const override { return {"cuda", address_}; }
 
   absl::Status Map(int fd, int device) {
     CUresult result = driver_.mem_import(

@@ -24,6 +24,16 @@ class Region {
   // The region's first byte as the backend's GPU addresses it; null when
   // the GPU cannot (a shared-memory region on the CPU backend).
   virtual void* device_data() const = 0;
+
+  // Where the region's bytes live: two regions over the same memory (one
+  // shm object registered twice, say) name the same `object`, and `offset`
+  // places the region's first byte in it. Overlap checks compare these,
+  // not addresses, which differ between two mappings of one object.
+  struct Placement {
+    std::string object;
+    uint64_t offset = 0;
+  };
+  virtual Placement placement() const = 0;
 };
 
 }  // namespace matmul

@@ -44,6 +44,7 @@ class HostRegisteredRegion final : public Region {
   int64_t size_bytes() const override { return host_->size_bytes(); }
   void* host_data() const override { return host_->host_data(); }
   void* device_data() const override { return device_data_; }
+  Placement placement() const override { return host_->placement(); }
 
  private:
   HostRegisteredRegion(std::unique_ptr<Region> host, void* device_data)

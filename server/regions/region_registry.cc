@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace matmul {
 
@@ -73,34 +74,36 @@ absl::StatusOr<std::string> RegionRegistry::Add(
   return id;
 }
 
+absl::StatusOr<RegionRegistry::RegionMap::iterator>
+RegionRegistry::FindRegionIn(Session& session, const std::string& region_id) {
+  auto it = session.regions.find(region_id);
+  if (it == session.regions.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "region '", region_id, "' is not registered in this session"));
+  }
+  return it;
+}
+
 absl::StatusOr<bool> RegionRegistry::Remove(const std::string& session_id,
                                             const std::string& region_id) {
   std::shared_ptr<Region> removed;  // released outside the lock
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = FindSession(session_id);
-  if (!session.ok()) return session.status();
-  auto it = (*session)->regions.find(region_id);
-  if (it == (*session)->regions.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "region '", region_id, "' is not registered in this session"));
-  }
-  removed = std::move(it->second);
-  (*session)->regions.erase(it);
-  (*session)->bytes -= removed->size_bytes();
+  ASSIGN_OR_RETURN(Session * session, FindSession(session_id));
+  ASSIGN_OR_RETURN(RegionMap::iterator entry,
+                   FindRegionIn(*session, region_id));
+  removed = std::move(entry->second);
+  session->regions.erase(entry);
+  session->bytes -= removed->size_bytes();
   return removed.use_count() > 1;
 }
 
 absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Find(
     const std::string& session_id, const std::string& region_id) const {
   absl::ReaderMutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = FindSession(session_id);
-  if (!session.ok()) return session.status();
-  auto it = (*session)->regions.find(region_id);
-  if (it == (*session)->regions.end()) {
-    return absl::NotFoundError(absl::StrCat(
-        "region '", region_id, "' is not registered in this session"));
-  }
-  return it->second;
+  ASSIGN_OR_RETURN(Session * session, FindSession(session_id));
+  ASSIGN_OR_RETURN(RegionMap::iterator entry,
+                   FindRegionIn(*session, region_id));
+  return entry->second;
 }
 
 absl::StatusOr<std::vector<RegionSummary>> RegionRegistry::List(

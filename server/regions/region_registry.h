@@ -56,14 +56,18 @@ class RegionRegistry {
   int region_count() const;
 
  private:
+  using RegionMap = absl::flat_hash_map<std::string, std::shared_ptr<Region>>;
   struct Session {
     std::string client_name;
     int64_t bytes = 0;
-    absl::flat_hash_map<std::string, std::shared_ptr<Region>> regions;
+    RegionMap regions;
   };
 
   absl::StatusOr<Session*> FindSession(const std::string& session_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The region's entry in `session`; NOT_FOUND when it has none.
+  static absl::StatusOr<RegionMap::iterator> FindRegionIn(
+      Session& session, const std::string& region_id);
 
   const RegionRegistryOptions options_;
   mutable absl::Mutex mu_;

@@ -91,8 +91,11 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(
         absl::StrCat("mmap of shm '", name, "': ", strerror(map_errno)));
   }
   void* data = static_cast<char*>(mapping) + (offset_bytes - map_offset);
-  return std::unique_ptr<ShmRegion>(new ShmRegion(
-      mapping, map_bytes, data, static_cast<int64_t>(size_bytes)));
+  Placement placement{absl::StrCat("shm:", info.st_dev, ":", info.st_ino),
+                      offset_bytes};
+  return std::unique_ptr<ShmRegion>(
+      new ShmRegion(mapping, map_bytes, data, static_cast<int64_t>(size_bytes),
+                    std::move(placement)));
 }
 
 ShmRegion::~ShmRegion() { munmap(mapping_, mapping_bytes_); }

@@ -29,18 +29,22 @@ class ShmRegion final : public Region {
   // The CPU backend reads host memory directly; GPU backends register the
   // mapping (see device_data of the registered wrapper).
   void* device_data() const override { return nullptr; }
+  Placement placement() const override { return placement_; }
 
  private:
-  ShmRegion(void* mapping, size_t mapping_bytes, void* data, int64_t size)
+  ShmRegion(void* mapping, size_t mapping_bytes, void* data, int64_t size,
+            Placement placement)
       : mapping_(mapping),
         mapping_bytes_(mapping_bytes),
         data_(data),
-        size_(size) {}
+        size_(size),
+        placement_(std::move(placement)) {}
 
   void* const mapping_;  // page-aligned start of the mmap
   const size_t mapping_bytes_;
   void* const data_;  // mapping_ + (offset within the page)
   const int64_t size_;
+  const Placement placement_;  // the object's device and inode
 };
 
 // Checks an shm name: non-empty, starts with `prefix`, at most 200 bytes of
