@@ -11,7 +11,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev
-  libgtest-dev libgmock-dev curl
+  libgtest-dev libgmock-dev curl python3-grpcio python3-protobuf
 )
 missing=()
 for p in "${packages[@]}"; do
