@@ -10,10 +10,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/flags_help.h"
 #include "server/backend_factory.h"
 #include "server/matmul_server.h"
 
@@ -97,13 +97,7 @@ int main(int argc, char** argv) {
       "  matmul-server --listen=127.0.0.1:50051 --metrics_listen=:9466\n\n"
       "SIGTERM or SIGINT stops it gracefully: health turns NOT_SERVING, new "
       "calls are refused, every accepted request is answered, exit 0.");
-  // --help lists this file's flags (absl's default matches the binary name).
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view filename) {
-    return absl::StrContains(filename, "server/main.cc");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
+  matmul::HelpListsFlagsFrom("server/main.cc");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() > 1) {
     std::fprintf(stderr,

@@ -14,7 +14,6 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -31,6 +30,7 @@
 #include "client/request_builder.h"
 #include "client/session.h"
 #include "client/shared_memory_segment.h"
+#include "common/flags_help.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -640,12 +640,7 @@ int RunProduct(const RunOptions& options) {
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   // --helpfull and friends (handled by absl) list this file's flags only.
-  absl::FlagsUsageConfig usage_config;
-  usage_config.contains_help_flags = [](absl::string_view filename) {
-    return absl::StrContains(filename, "matmul_cli");
-  };
-  usage_config.contains_helpshort_flags = usage_config.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage_config);
+  matmul::HelpListsFlagsFrom("matmul_cli.cc");
 
   for (int i = 1; i < argc; ++i) {
     if (absl::string_view(argv[i]) == "--") break;

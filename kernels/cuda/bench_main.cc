@@ -11,13 +11,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/flags_help.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_selector.h"
@@ -344,14 +344,7 @@ int main(int argc, char** argv) {
       "many runs after warm-up.\n\nExample:\n  matmul-bench --repeat=3 "
       "--json=bench.json\n  matmul-bench --shapes=4096x4096x4096 "
       "--layouts=NT --candidates");
-  // absl's --help lists only flags from files named after the binary;
-  // this tool's flags live in bench_main.cc.
-  absl::FlagsUsageConfig usage;
-  usage.contains_helpshort_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "bench_main.cc");
-  };
-  usage.contains_help_flags = usage.contains_helpshort_flags;
-  absl::SetFlagsUsageConfig(usage);
+  matmul::HelpListsFlagsFrom("bench_main.cc");
   absl::ParseCommandLine(argc, argv);
   absl::Status status = matmul::cuda::Main();
   if (!status.ok()) {

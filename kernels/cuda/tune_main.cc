@@ -8,7 +8,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -16,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/flags_help.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_selector.h"
@@ -168,14 +168,7 @@ int main(int argc, char** argv) {
       "compute capability, driver and library versions).\n\nExample:\n  "
       "matmul-tune --cache=/var/lib/matmul/tuning.json "
       "--shapes=5120x11008x2048,5120x2048x11008:NT");
-  // absl's --help lists only flags from files named after the binary;
-  // this tool's flags live in tune_main.cc.
-  absl::FlagsUsageConfig usage;
-  usage.contains_helpshort_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "tune_main.cc");
-  };
-  usage.contains_help_flags = usage.contains_helpshort_flags;
-  absl::SetFlagsUsageConfig(usage);
+  matmul::HelpListsFlagsFrom("tune_main.cc");
   absl::ParseCommandLine(argc, argv);
   absl::Status status = matmul::cuda::Main();
   if (!status.ok()) {
