@@ -33,7 +33,7 @@ expect 2 run --check=maybe
 expect 2 run --no_such_flag
 expect 2 run --target
 expect 2 run extra_argument
-expect 2 run --mode=ipc
+expect 2 run --mode=rdma
 expect 1 info --target="$nobody"
 expect 1 run --target="$nobody" --shape=8x8x8
 

@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/cuda_memory.h"
 #include "client/region_request_builder.h"
 #include "client/registered_region.h"
 #include "client/request_builder.h"
@@ -69,9 +70,11 @@ ABSL_FLAG(std::string, mode, "inline",
           "run: how operands travel. inline: in every request. shm: copied "
           "once into a POSIX shared-memory segment registered as a region "
           "(the daemon must run on this host); requests name it and C is "
-          "written there in place, so only the RPCs are timed. With a "
-          "nonzero --beta, later iterations read the C the previous one "
-          "wrote.");
+          "written there in place, so only the RPCs are timed. ipc: the same "
+          "in cudaMalloc memory shared by CUDA IPC handle; vmm: in a "
+          "cuMemCreate allocation shared as a file descriptor (both need a "
+          "GPU here and a daemon on the CUDA backend). With a nonzero "
+          "--beta, later iterations read the C the previous one wrote.");
 ABSL_FLAG(std::string, shm_prefix, "matmul",
           "run --mode=shm: the daemon's --shm_prefix; segment names start "
           "with it.");
@@ -91,7 +94,7 @@ Usage:
                   [--transpose_b] [--batch=N [--broadcast_a] [--broadcast_b]]
                   [--alpha=F] [--beta=F] [--out_dtype=bf16|fp32]
                   [--iterations=N] [--check [--tolerance=F]] [--seed=S]
-                  [--mode=inline|shm] [--timeout=DURATION] [--json]
+                  [--mode=inline|shm|ipc|vmm] [--timeout=DURATION] [--json]
 
 Subcommands:
   info  Prints the daemon's version, backend, devices, limits and dtypes
@@ -101,7 +104,8 @@ Subcommands:
         times, and the backend and kernel that ran. --check recomputes it
         with the FP64 reference and prints the relative error and PASS/FAIL.
         --mode=shm puts A, B and C in a registered shared-memory region
-        (zero-copy; the daemon must be on this host).
+        (zero-copy; the daemon must be on this host); --mode=ipc and
+        --mode=vmm put them in GPU memory (cudaMalloc / cuMemCreate).
 
 ADDR is unix:/path/to.sock (default unix:/tmp/matmul.sock) or host:port.
 
@@ -123,7 +127,7 @@ struct RunOptions {
   double tolerance = 0;
   uint64_t seed = 1;
   bool json = false;
-  bool shm = false;  // --mode=shm
+  std::string mode = "inline";  // --mode: inline, shm, ipc or vmm
   std::string shm_prefix;
 };
 
@@ -177,11 +181,11 @@ absl::StatusOr<RunOptions> RunOptionsFromFlags() {
   }
   options.seed = absl::GetFlag(FLAGS_seed);
   const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode != "inline" && mode != "shm") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--mode must be inline or shm, got '", mode, "'"));
+  if (mode != "inline" && mode != "shm" && mode != "ipc" && mode != "vmm") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--mode must be inline, shm, ipc or vmm, got '", mode, "'"));
   }
-  options.shm = mode == "shm";
+  options.mode = mode;
   options.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);
   return options;
 }
@@ -403,8 +407,7 @@ void PrintRunText(const RunOptions& options, const RunReport& report) {
       spec.effective_batch(), *spec.alpha, *spec.beta,
       DTypeName(spec.resolved_out_dtype()));
   std::cout << absl::StreamFormat("target:     %s\n", options.target);
-  std::cout << absl::StreamFormat("mode:       %s\n",
-                                  options.shm ? "shm" : "inline");
+  std::cout << absl::StreamFormat("mode:       %s\n", options.mode);
   if (report.latency_seconds.size() == 1) {
     std::cout << absl::StreamFormat("latency:    %.3f ms (wall clock)\n",
                                     median_latency * 1e3);
@@ -496,7 +499,7 @@ void PrintRunJson(const RunOptions& options, const RunReport& report) {
                                                report.latency_seconds.end());
   JsonObject json;
   json.Add("target", options.target)
-      .Add("mode", options.shm ? "shm" : "inline")
+      .Add("mode", options.mode)
       .Add("m", spec.m)
       .Add("n", spec.n)
       .Add("k", spec.k)
@@ -528,40 +531,68 @@ void PrintRunJson(const RunOptions& options, const RunReport& report) {
 }
 
 // Where the timed requests' operands live: inline in the request, or in a
-// registered shm segment (set up once, before timing).
+// registered region (set up once, before timing): a shm segment, or GPU
+// memory filled from a host staging copy.
 struct Operands {
   v1::MatmulRequest request;  // what is sent
-  // --mode=shm: the session, segment and region the request names,
-  // destroyed region first (members go in reverse order).
+  // Region modes: destroyed region first (members go in reverse order).
   std::unique_ptr<Session> session;
-  std::unique_ptr<SharedMemorySegment> segment;
+  std::unique_ptr<SharedMemorySegment> segment;  // --mode=shm
+  std::unique_ptr<CudaMemory> gpu;               // --mode=ipc|vmm
+  std::vector<char> staging;                     // host image of `gpu`
   std::unique_ptr<RegisteredRegion> region;
   RegionRequest placed;
+
+  // The region's bytes as the host sees them (for GPU memory: copied back
+  // first).
+  absl::StatusOr<absl::Span<const char>> RegionBytes() {
+    if (segment != nullptr) return absl::Span<const char>(segment->bytes());
+    RETURN_IF_ERROR(gpu->CopyToHost(absl::MakeSpan(staging)));
+    return absl::Span<const char>(staging);
+  }
 };
 
-// Copies the operands into a fresh segment and registers it; only the
-// RPCs that follow are timed.
-absl::Status PlaceInSharedMemory(Client& client, const RunOptions& options,
-                                 Operands& operands) {
+// Puts the operands into a fresh region of the mode's kind and registers
+// it; only the RPCs that follow are timed.
+absl::Status PlaceInRegion(Client& client, const RunOptions& options,
+                           Operands& operands) {
   ASSIGN_OR_RETURN(operands.session,
                    Session::Open(client, "matmul-cli", options.timeout));
   ASSIGN_OR_RETURN(uint64_t bytes,
                    RegionBytesNeeded(operands.request, RegionPlacement{}));
-  ASSIGN_OR_RETURN(operands.segment,
-                   SharedMemorySegment::Create(static_cast<int64_t>(bytes),
-                                               options.shm_prefix));
-  ASSIGN_OR_RETURN(
-      operands.region,
-      RegisteredRegion::RegisterShm(client, *operands.session,
-                                    *operands.segment, 0, 0, options.timeout));
-  // The name is no longer needed: unlinked now, nothing is left in
-  // /dev/shm even if this process is killed.
-  operands.segment->Unlink();
+  absl::Span<char> memory;
+  if (options.mode == "shm") {
+    ASSIGN_OR_RETURN(operands.segment,
+                     SharedMemorySegment::Create(static_cast<int64_t>(bytes),
+                                                 options.shm_prefix));
+    ASSIGN_OR_RETURN(operands.region,
+                     RegisteredRegion::RegisterShm(client, *operands.session,
+                                                   *operands.segment, 0, 0,
+                                                   options.timeout));
+    // The name is no longer needed: unlinked now, nothing is left in
+    // /dev/shm even if this process is killed.
+    operands.segment->Unlink();
+    memory = operands.segment->bytes();
+  } else {
+    ASSIGN_OR_RETURN(
+        operands.gpu,
+        CudaMemory::Create(options.mode == "ipc" ? CudaMemory::Kind::kIpc
+                                                 : CudaMemory::Kind::kVmm,
+                           static_cast<int64_t>(bytes)));
+    ASSIGN_OR_RETURN(operands.region,
+                     RegisteredRegion::Register(client, *operands.session,
+                                                operands.gpu->RegisterRequest(),
+                                                options.timeout));
+    operands.staging.resize(static_cast<size_t>(operands.gpu->size_bytes()));
+    memory = absl::MakeSpan(operands.staging);
+  }
   ASSIGN_OR_RETURN(
       operands.placed,
-      PlaceInRegion(operands.request, operands.segment->bytes(),
-                    operands.region->id(), operands.session->session_id(),
-                    RegionPlacement{}));
+      matmul::PlaceInRegion(operands.request, memory, operands.region->id(),
+                            operands.session->session_id(), RegionPlacement{}));
+  if (operands.gpu != nullptr) {
+    RETURN_IF_ERROR(operands.gpu->CopyFromHost(operands.staging));
+  }
   operands.request = operands.placed.request;
   return absl::OkStatus();
 }
@@ -589,10 +620,11 @@ int RunProduct(const RunOptions& options) {
       !info.ok()) {
     return RpcError("GetServerInfo", info.status(), options.target);
   }
-  if (options.shm) {
-    if (absl::Status placed = PlaceInSharedMemory(**client, options, operands);
+  if (options.mode != "inline") {
+    if (absl::Status placed = PlaceInRegion(**client, options, operands);
         !placed.ok()) {
-      return RpcError("setting up the shm region", placed, options.target);
+      return RpcError(absl::StrCat("setting up the ", options.mode, " region"),
+                      placed, options.target);
     }
   }
   v1::MatmulRequest& request = operands.request;
@@ -612,12 +644,18 @@ int RunProduct(const RunOptions& options) {
     report.kernel_seconds.push_back(response->timing().kernel_seconds());
     report.total_seconds.push_back(response->timing().total_seconds());
     if (options.check && i == 0) {
-      // In shm mode C is read back from the segment (before a later
+      // In region modes C is read back from the region (before a later
       // iteration overwrites it).
-      absl::StatusOr<double> error =
-          options.shm ? CheckRegionResponse(operands.placed, *response,
-                                            operands.segment->bytes())
-                      : CheckResponse(request, *response);
+      absl::StatusOr<double> error;
+      if (options.mode == "inline") {
+        error = CheckResponse(request, *response);
+      } else if (absl::StatusOr<absl::Span<const char>> bytes =
+                     operands.RegionBytes();
+                 bytes.ok()) {
+        error = CheckRegionResponse(operands.placed, *response, *bytes);
+      } else {
+        error = bytes.status();
+      }
       if (!error.ok()) {
         std::cerr << "matmul-cli: check failed: " << error.status() << "\n";
         return kExitFailure;

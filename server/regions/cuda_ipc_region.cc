@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 
 namespace matmul {
 namespace {
@@ -31,17 +30,6 @@ class CudaIpcRegion final : public Region {
 };
 
 }  // namespace
-
-std::string CudaDeviceUuid(int device) {
-  cudaDeviceProp props{};
-  if (cudaGetDeviceProperties(&props, device) != cudaSuccess) return "";
-  const auto* b = reinterpret_cast<const unsigned char*>(props.uuid.bytes);
-  return absl::StrFormat(
-      "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%"
-      "02x",
-      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
-      b[12], b[13], b[14], b[15]);
-}
 
 absl::Status CheckRegionDevice(int daemon_device, int32_t ordinal,
                                const std::string& uuid) {

@@ -12,15 +12,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/cuda_driver_api.h"
 #include "matmul/v1/matmul.pb.h"
-#include "server/regions/cuda_driver_api.h"
 #include "server/regions/region.h"
 
 namespace matmul {
-
-// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" of a device, as nvidia-smi -L
-// prints it; empty when the device cannot be queried.
-std::string CudaDeviceUuid(int device);
 
 // Checks that a region meant for (ordinal, uuid) can be used on the
 // daemon's device: the UUID decides when given, else the ordinal.

@@ -9,8 +9,8 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
+#include "common/cuda_driver_api.h"
 #include "matmul/v1/matmul.pb.h"
-#include "server/regions/cuda_driver_api.h"
 #include "server/regions/region.h"
 
 namespace matmul {

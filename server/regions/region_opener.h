@@ -10,8 +10,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/cuda_driver_api.h"
 #include "matmul/v1/matmul.pb.h"
-#include "server/regions/cuda_driver_api.h"
 #include "server/regions/cuda_ipc_region.h"
 #include "server/regions/region.h"
 

@@ -1,8 +1,9 @@
-#include "server/regions/cuda_driver_api.h"
+#include "common/cuda_driver_api.h"
 
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace matmul {
 namespace {
@@ -45,10 +46,24 @@ absl::StatusOr<CudaDriverApi> LoadCudaDriverApi() {
         Load("cuMemMap", &api.mem_map), Load("cuMemUnmap", &api.mem_unmap),
         Load("cuMemSetAccess", &api.mem_set_access),
         Load("cuMemRelease", &api.mem_release),
-        Load("cuGetErrorString", &api.get_error_string)}) {
+        Load("cuGetErrorString", &api.get_error_string),
+        Load("cuMemCreate", &api.mem_create),
+        Load("cuMemExportToShareableHandle", &api.mem_export),
+        Load("cuMemGetAllocationGranularity", &api.mem_get_granularity)}) {
     if (!status.ok()) return status;
   }
   return api;
+}
+
+std::string CudaDeviceUuid(int device) {
+  cudaDeviceProp props{};
+  if (cudaGetDeviceProperties(&props, device) != cudaSuccess) return "";
+  const auto* b = reinterpret_cast<const unsigned char*>(props.uuid.bytes);
+  return absl::StrFormat(
+      "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%"
+      "02x",
+      b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+      b[12], b[13], b[14], b[15]);
 }
 
 }  // namespace matmul

@@ -1,12 +1,14 @@
-// The few CUDA driver entry points the region code needs (address ranges
-// and VMM import/map), fetched at run time through the runtime's
-// cudaGetDriverEntryPointByVersion. Linking libcuda directly would stop the
-// daemon from even starting on machines without an NVIDIA driver, where it
-// must run on the CPU backend.
-#ifndef MATMUL_SERVER_REGIONS_CUDA_DRIVER_API_H_
-#define MATMUL_SERVER_REGIONS_CUDA_DRIVER_API_H_
+// The few CUDA driver entry points the region code needs on both sides
+// (VMM create/export/import/map, address ranges), fetched at run time
+// through the runtime's cudaGetDriverEntryPointByVersion. Linking libcuda
+// directly would stop the daemon and the CLI from even starting on machines
+// without an NVIDIA driver, where they must still work on the CPU.
+#ifndef MATMUL_COMMON_CUDA_DRIVER_API_H_
+#define MATMUL_COMMON_CUDA_DRIVER_API_H_
 
 #include <cuda.h>
+
+#include <string>
 
 #include "absl/status/statusor.h"
 
@@ -22,6 +24,9 @@ struct CudaDriverApi {
   decltype(&cuMemSetAccess) mem_set_access = nullptr;
   decltype(&cuMemRelease) mem_release = nullptr;
   decltype(&cuGetErrorString) get_error_string = nullptr;
+  decltype(&cuMemCreate) mem_create = nullptr;
+  decltype(&cuMemExportToShareableHandle) mem_export = nullptr;
+  decltype(&cuMemGetAllocationGranularity) mem_get_granularity = nullptr;
 
   // "CUDA_ERROR_INVALID_VALUE: invalid argument"-style text for `result`.
   std::string ErrorText(CUresult result) const;
@@ -30,6 +35,10 @@ struct CudaDriverApi {
 // FAILED_PRECONDITION when the driver or a symbol is missing.
 absl::StatusOr<CudaDriverApi> LoadCudaDriverApi();
 
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" of a device, as nvidia-smi -L
+// prints it; empty when the device cannot be queried.
+std::string CudaDeviceUuid(int device);
+
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_REGIONS_CUDA_DRIVER_API_H_
+#endif  // MATMUL_COMMON_CUDA_DRIVER_API_H_
