@@ -42,6 +42,11 @@ absl::StatusOr<std::unique_ptr<CudaMemory>> CudaMemory::Create(Kind kind,
     RETURN_IF_ERROR(Cuda(cudaMalloc(&memory->data_, static_cast<size_t>(bytes)),
                          "cudaMalloc"));
     memory->size_ = bytes;
+    cudaIpcMemHandle_t handle{};
+    RETURN_IF_ERROR(Cuda(cudaIpcGetMemHandle(&handle, memory->data_),
+                         "cudaIpcGetMemHandle"));
+    memory->ipc_handle_.assign(reinterpret_cast<const char*>(&handle),
+                               sizeof(handle));
     return memory;
   }
   RETURN_IF_ERROR(Cuda(cudaFree(nullptr), "creating the CUDA context"));

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -50,6 +51,7 @@ class CudaMemory {
   const int device_;
   void* data_ = nullptr;
   int64_t size_ = 0;
+  std::string ipc_handle_;  // kIpc only: the cudaIpcMemHandle_t bytes
   // kVmm only.
   absl::StatusOr<CudaDriverApi> driver_;
   CUmemGenericAllocationHandle handle_ = 0;
