@@ -9,15 +9,8 @@ if [ ! -x bundle/matmul-server ] || [ ! -x bundle/matmul-cli ]; then
   echo "cli_regions: matmul-server or matmul-cli not bundled; skipped"
   exit 0
 fi
-dir=$(mktemp -d)
-sock="unix:$dir/matmul.sock"
-bundle/matmul-server --backend=cuda --listen="$sock" --metrics_listen= \
-  >"$dir/server.log" 2>&1 &
-server=$!
-for _ in $(seq 100); do
-  [ -S "$dir/matmul.sock" ] && break
-  sleep 0.1
-done
+source tests/gpu/cuda_daemon.sh
+start_cuda_daemon --metrics_listen=
 rc=0
 cli() { bundle/matmul-cli run --target="$sock" "$@"; }
 for mode in ipc vmm; do
@@ -31,9 +24,6 @@ cli --mode=ipc --shape=5120x11008x2048 --transpose_b --iterations=3 >/dev/null
 sleep 3
 cli --mode=ipc --shape=5120x11008x2048 --transpose_b --iterations=50 || rc=1
 cli --mode=ipc --shape=256x256x256 --iterations=200 || rc=1
-kill -TERM "$server"
-wait "$server" || rc=1
-tail -3 "$dir/server.log"
-rm -rf "$dir"
+stop_cuda_daemon 3 || rc=1
 echo "cli_regions: rc=$rc"
 exit $rc

@@ -9,16 +9,10 @@ if [ ! -x bundle/matmul-server ] || [ ! -x bundle/matmul-cli ]; then
   echo "daemon_e2e: matmul-server or matmul-cli not bundled; skipped"
   exit 0
 fi
+source tests/gpu/cuda_daemon.sh
 dir=$(mktemp -d)
-sock="unix:$dir/matmul.sock"
-bundle/matmul-server --backend=cuda --listen="$sock" \
-  --metrics_listen=127.0.0.1:9466 --tuning_cache="$dir/tuning.json" \
-  >"$dir/server.log" 2>&1 &
-server=$!
-for _ in $(seq 100); do
-  [ -S "$dir/matmul.sock" ] && break
-  sleep 0.1
-done
+start_cuda_daemon --metrics_listen=127.0.0.1:9466 \
+  --tuning_cache="$dir/tuning.json"
 rc=0
 cli() { bundle/matmul-cli --target="$sock" "$@"; }
 cli info || rc=1
@@ -30,11 +24,5 @@ sleep 3
 cli run --shape=5120x11008x2048 --transpose_b --iterations=20 || rc=1
 cli run --shape=5120x11008x2048 --transpose_b --iterations=1 --json || rc=1
 curl -s http://127.0.0.1:9466/metrics 2>/dev/null | grep -E '^matmul_' | head -30
-kill -TERM "$server"
-wait "$server"
-server_rc=$?
-echo "daemon_e2e: server exit $server_rc"
-tail -20 "$dir/server.log"
-rm -rf "$dir"
-[ "$server_rc" -eq 0 ] || rc=1
+stop_cuda_daemon 20 || rc=1
 exit $rc

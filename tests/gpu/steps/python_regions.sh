@@ -6,19 +6,10 @@ if [ ! -x bundle/matmul-server ]; then
   echo "python_regions: matmul-server not bundled; skipped"
   exit 0
 fi
-dir=$(mktemp -d)
-bundle/matmul-server --backend=cuda --listen="unix:$dir/matmul.sock" \
-  --metrics_listen= >"$dir/server.log" 2>&1 &
-server=$!
-for _ in $(seq 100); do
-  [ -S "$dir/matmul.sock" ] && break
-  sleep 0.1
-done
+source tests/gpu/cuda_daemon.sh
+start_cuda_daemon --metrics_listen=
 PYTHONPATH="$PWD/client/python${PYTHONPATH:+:$PYTHONPATH}" \
-  timeout 240 python3 tests/gpu/python_regions_check.py "unix:$dir/matmul.sock"
+  timeout 240 python3 tests/gpu/python_regions_check.py "$sock"
 rc=$?
-kill -TERM "$server"
-wait "$server" || rc=1
-tail -5 "$dir/server.log"
-rm -rf "$dir"
+stop_cuda_daemon || rc=1
 exit $rc
