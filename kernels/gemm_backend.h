@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/gemm_problem.h"
 
 namespace matmul {
@@ -48,6 +49,14 @@ class GemmBackend {
   virtual absl::StatusOr<GemmRunInfo> RunDevice(const GemmProblem& problem) {
     return absl::UnimplementedError(name() + " backend has no device");
   }
+
+  // Computes several products that share a BatchKey (kernels/gemm_batch.h),
+  // as one launch where the backend can: RunHost or RunDevice (per
+  // `on_device`) of their pointer-array combination. A single product runs
+  // as it is. kernel_seconds covers the whole launch. Blocks until every
+  // output is complete. Thread-safe.
+  virtual absl::StatusOr<GemmRunInfo> RunBatch(
+      absl::Span<const GemmProblem* const> problems, bool on_device);
 };
 
 }  // namespace matmul

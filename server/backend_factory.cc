@@ -14,6 +14,7 @@ absl::StatusOr<std::unique_ptr<GemmBackend>> CreateBackend(
     CudaBackendOptions cuda;
     cuda.device = options.cuda_device;
     cuda.tuning_cache_path = options.tuning_cache;
+    cuda.streams = options.cuda_streams;
     return CreateCudaBackend(cuda);
   }
   if (options.kind == "cpu" || options.kind == "auto") {

@@ -14,7 +14,8 @@ struct BackendOptions {
   std::string kind = "auto";  // auto | cpu | cuda
   int cuda_device = 0;
   std::string tuning_cache;  // JSON path for the CUDA selector; may be empty
-  int cpu_threads = 0;  // OpenBLAS threads per product; 0: OpenBLAS decides
+  int cpu_threads = 0;   // OpenBLAS threads per product; 0: OpenBLAS decides
+  int cuda_streams = 2;  // CUDA products in flight at once
 };
 
 // auto: cuda when a CUDA device is present, else cpu.

@@ -54,8 +54,8 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
             ? absl::StrCat(name, ": a ", region->kind(),
                            " region is not visible to this backend's GPU")
             : absl::StrCat(name, ": a ", region->kind(),
-                           " region is device memory; use it with the CUDA "
-                           "backend, with A, B and C all in regions"));
+                           " region is device memory; it needs the CUDA "
+                           "backend"));
   }
   const Region::Placement placement = region->placement();
   const uint64_t begin = placement.offset + checked.offset_bytes;
@@ -72,7 +72,8 @@ absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::Bind(
     const RegionRegistry& registry, bool device_pointers) {
   std::unique_ptr<BoundOperands> bound(new BoundOperands());
   bound->problem_ = plan.problem;
-  bound->device_pointers_ = device_pointers;
+  bound->on_device_ = device_pointers && plan.a.in_region && plan.b.in_region &&
+                      plan.output_in_region;
   GemmProblem& p = bound->problem_;
   const std::string& session = request.session_id();
   std::optional<Span> a_span, b_span, c_span;

@@ -24,9 +24,10 @@ namespace matmul {
 
 class BoundOperands {
  public:
-  // `request` must outlive the result. With `device_pointers`, region
-  // operands are addressed as the GPU sees them; otherwise as the host does
-  // (the CPU backend). NOT_FOUND for an unknown session or region,
+  // `request` must outlive the result. With `device_pointers` (a GPU
+  // backend), region operands are addressed as the GPU sees them; otherwise
+  // as the host does (the CPU backend). Inline operands are always host
+  // memory. NOT_FOUND for an unknown session or region,
   // INVALID_ARGUMENT for an extent outside its region or an output that
   // overlaps an input, FAILED_PRECONDITION for a region the backend cannot
   // address.
@@ -38,8 +39,11 @@ class BoundOperands {
   BoundOperands& operator=(const BoundOperands&) = delete;
 
   const GemmProblem& problem() const { return problem_; }
-  // True when the pointers are the device's (Bind's device_pointers).
-  bool device_pointers() const { return device_pointers_; }
+  // True when every operand is device-addressable (Bind's device_pointers,
+  // and A, B and C all in regions): the product runs in place. Otherwise
+  // operands are staged, and those in GPU regions are copied device to
+  // device.
+  bool on_device() const { return on_device_; }
   // Moves the inline result out (empty when the output is in a region).
   std::string TakeOutput() { return std::move(output_); }
 
@@ -66,7 +70,7 @@ class BoundOperands {
       std::vector<uint32_t>* realigned, std::optional<Span>* span);
 
   GemmProblem problem_;
-  bool device_pointers_ = false;
+  bool on_device_ = false;
   std::string output_;
   std::vector<uint32_t> a_copy_;
   std::vector<uint32_t> b_copy_;

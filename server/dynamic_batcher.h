@@ -1,21 +1,23 @@
 // Groups queued items by batch key so that requests which can share one
-// launch (same device, M, N, K, layouts and dtypes) run together. A key's
-// batch closes when it holds `max_batch_size` items or when its oldest item
-// has waited `max_queue_delay`; the closed batch goes to `run_batch` on the
-// batcher's dispatch thread (which should hand it on quickly, e.g. to an
-// Executor). Admission is immediate: past `max_queue_size` queued items,
-// Enqueue refuses with RESOURCE_EXHAUSTED. Shutdown dispatches everything
-// still queued, so no accepted item is lost.
-//
-// Not wired into the daemon yet (the batching issue does that); the
-// Executor runs each request on its own meanwhile.
+// launch (same device, M, N, K, layouts, dtypes and scalars) run together.
+// The batcher is a queue, not a thread: idle workers call Next(), which
+// hands out a key's batch when it is due:
+//   * it holds `max_batch_size` items, or
+//   * its oldest item has waited `max_queue_delay`, or
+//   * the batcher is shutting down.
+// Because only idle workers ask, a delay of 0 batches exactly what queued
+// while every worker was busy (no added latency at low load, big batches
+// under load), and a positive delay lets an idle worker wait for a fuller
+// batch, never longer than the delay. Admission is immediate: past
+// `max_queue_size` queued items, Enqueue refuses with RESOURCE_EXHAUSTED.
+// After Shutdown, Next() drains what is queued and then returns nullopt,
+// so no accepted item is lost.
 #ifndef MATMUL_SERVER_DYNAMIC_BATCHER_H_
 #define MATMUL_SERVER_DYNAMIC_BATCHER_H_
 
 #include <deque>
-#include <functional>
+#include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,31 +32,33 @@
 namespace matmul {
 
 struct BatcherOptions {
-  int max_batch_size = 8;
-  absl::Duration max_queue_delay = absl::Microseconds(500);
-  int max_queue_size = 1024;  // queued items over all keys
+  int max_batch_size = 32;
+  absl::Duration max_queue_delay = absl::ZeroDuration();
+  int max_queue_size = 256;  // queued items over all keys
 };
+
+// Validates the options; the message names the field.
+absl::Status CheckBatcherOptions(const BatcherOptions& options);
 
 template <typename Item>
 class DynamicBatcher {
  public:
-  using RunBatch =
-      std::function<void(const std::string& key, std::vector<Item> batch)>;
+  struct Batch {
+    std::string key;
+    std::vector<Item> items;  // in arrival order
+  };
 
-  DynamicBatcher(const BatcherOptions& options, RunBatch run_batch)
-      : options_(options), run_batch_(std::move(run_batch)) {
-    dispatcher_ = std::thread([this] { DispatchLoop(); });
-  }
-  ~DynamicBatcher() { Shutdown(); }
+  explicit DynamicBatcher(const BatcherOptions& options) : options_(options) {}
 
   DynamicBatcher(const DynamicBatcher&) = delete;
   DynamicBatcher& operator=(const DynamicBatcher&) = delete;
 
   // RESOURCE_EXHAUSTED when the queues are full, UNAVAILABLE after
-  // Shutdown; the item is dropped then.
-  absl::Status Enqueue(const std::string& key, Item item) {
+  // Shutdown; `item` is moved from only when it is accepted, so that the
+  // caller can still answer a refused one.
+  absl::Status Enqueue(const std::string& key, Item&& item) {
     absl::MutexLock lock(&mu_);
-    if (stopping_) return absl::UnavailableError("the batcher is stopping");
+    if (stopping_) return absl::UnavailableError("the server is shutting down");
     if (queued_ >= options_.max_queue_size) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the queue is full (", options_.max_queue_size,
@@ -62,8 +66,22 @@ class DynamicBatcher {
     }
     queues_[key].push_back({absl::Now(), std::move(item)});
     ++queued_;
-    wake_ = true;  // a batch may be full, or a new deadline the earliest
+    // One waiting worker is enough: the batch may now be full, or this
+    // item's deadline the earliest.
+    work_.Signal();
     return absl::OkStatus();
+  }
+
+  // Blocks until a batch is due and returns it; nullopt once Shutdown has
+  // been called and nothing is left.
+  std::optional<Batch> Next() {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      auto [due_key, next] = Due(absl::Now());
+      if (due_key != nullptr) return Take(*due_key);
+      if (stopping_) return std::nullopt;  // and nothing queued
+      work_.WaitWithDeadline(&mu_, next);
+    }
   }
 
   int queued() const {
@@ -71,16 +89,12 @@ class DynamicBatcher {
     return queued_;
   }
 
-  // Dispatches what is queued (without waiting for the delay) and stops.
-  // Idempotent.
+  // Refuses new items; Next() hands out what is queued without waiting for
+  // the delay, then nullopt. Idempotent.
   void Shutdown() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stopping_) return;
-      stopping_ = true;
-      wake_ = true;
-    }
-    dispatcher_.join();
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    work_.SignalAll();
   }
 
  private:
@@ -89,68 +103,75 @@ class DynamicBatcher {
     Item item;
   };
 
-  // The key whose batch should close now, with the time the next one will
-  // be due when none is (absl::InfiniteFuture() when all queues are empty).
+  // The key whose batch is due now, with the time the next one will be due
+  // when none is (absl::InfiniteFuture() when all queues are empty). The
+  // longest-waiting queue goes first, so no key starves.
   std::pair<const std::string*, absl::Time> Due(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     const std::string* oldest_key = nullptr;
+    const std::string* full_key = nullptr;
     absl::Time oldest = absl::InfiniteFuture();
+    absl::Time oldest_full = absl::InfiniteFuture();
     for (const auto& [key, queue] : queues_) {
-      if (queue.empty()) continue;
-      if (static_cast<int>(queue.size()) >= options_.max_batch_size) {
-        return {&key, now};
+      const absl::Time front = queue.front().enqueued;
+      if (static_cast<int>(queue.size()) >= options_.max_batch_size &&
+          front < oldest_full) {
+        oldest_full = front;
+        full_key = &key;
       }
-      if (queue.front().enqueued < oldest) {
-        oldest = queue.front().enqueued;
+      if (front < oldest) {
+        oldest = front;
         oldest_key = &key;
       }
     }
     if (oldest_key == nullptr) return {nullptr, absl::InfiniteFuture()};
     const absl::Time due = oldest + options_.max_queue_delay;
     if (stopping_ || due <= now) return {oldest_key, now};
+    if (full_key != nullptr) return {full_key, now};
     return {nullptr, due};
   }
 
-  void DispatchLoop() {
-    while (true) {
-      std::string key;
-      std::vector<Item> batch;
-      {
-        absl::MutexLock lock(&mu_);
-        while (true) {
-          auto [due_key, next] = Due(absl::Now());
-          if (due_key != nullptr) {
-            key = *due_key;
-            break;
-          }
-          if (stopping_) return;  // nothing left
-          // Woken early by Enqueue or Shutdown; re-evaluate either way.
-          mu_.AwaitWithDeadline(absl::Condition(&wake_), next);
-          wake_ = false;
-        }
-        std::deque<Queued>& queue = queues_[key];
-        while (!queue.empty() &&
-               static_cast<int>(batch.size()) < options_.max_batch_size) {
-          batch.push_back(std::move(queue.front().item));
-          queue.pop_front();
-        }
-        if (queue.empty()) queues_.erase(key);
-        queued_ -= static_cast<int>(batch.size());
-      }
-      run_batch_(key, std::move(batch));
+  Batch Take(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Batch batch;
+    batch.key = key;
+    auto it = queues_.find(key);
+    std::deque<Queued>& queue = it->second;
+    while (!queue.empty() &&
+           static_cast<int>(batch.items.size()) < options_.max_batch_size) {
+      batch.items.push_back(std::move(queue.front().item));
+      queue.pop_front();
     }
+    if (queue.empty()) queues_.erase(it);
+    queued_ -= static_cast<int>(batch.items.size());
+    return batch;
   }
 
   const BatcherOptions options_;
-  const RunBatch run_batch_;
   mutable absl::Mutex mu_;
+  absl::CondVar work_;
+  // Only non-empty queues are kept.
   absl::flat_hash_map<std::string, std::deque<Queued>> queues_
       ABSL_GUARDED_BY(mu_);
   int queued_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool wake_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread dispatcher_;
 };
+
+inline absl::Status CheckBatcherOptions(const BatcherOptions& options) {
+  if (options.max_batch_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_size is ", options.max_batch_size, "; expected >= 1"));
+  }
+  if (options.max_queue_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_queue_delay is ", absl::FormatDuration(options.max_queue_delay),
+        "; expected >= 0"));
+  }
+  if (options.max_queue_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_queue_size is ", options.max_queue_size, "; expected >= 1"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace matmul
 

@@ -1,117 +1,119 @@
 #include "server/dynamic_batcher.h"
 
-#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace matmul {
 namespace {
 
-// Records every batch the batcher closes, with when it closed.
-struct Recorder {
-  struct Batch {
-    std::string key;
-    std::vector<int> items;
-    absl::Time closed;
-  };
-  absl::Mutex mu;
-  std::vector<Batch> batches;
+using Batcher = DynamicBatcher<int>;
 
-  DynamicBatcher<int>::RunBatch Run() {
-    return [this](const std::string& key, std::vector<int> items) {
-      absl::MutexLock lock(&mu);
-      batches.push_back({key, std::move(items), absl::Now()});
-    };
-  }
-  int ItemCount() {
-    absl::MutexLock lock(&mu);
-    int count = 0;
-    for (const Batch& b : batches) count += b.items.size();
-    return count;
-  }
-};
-
-bool WaitFor(std::function<bool()> condition) {
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!condition()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
+absl::Status Add(Batcher& batcher, const std::string& key, int item) {
+  return batcher.Enqueue(key, std::move(item));
 }
 
-TEST(DynamicBatcherTest, FullBatchesCloseAtOnceInOrder) {
-  Recorder recorder;
-  // A long delay: only the size bound can close these batches quickly.
-  DynamicBatcher<int> batcher(
-      {.max_batch_size = 4, .max_queue_delay = absl::Seconds(30)},
-      recorder.Run());
-  for (int i = 0; i < 8; ++i) ASSERT_TRUE(batcher.Enqueue("k", i).ok());
-  ASSERT_TRUE(WaitFor([&] { return recorder.ItemCount() == 8; }));
-  absl::MutexLock lock(&recorder.mu);
-  ASSERT_EQ(recorder.batches.size(), 2u);
-  EXPECT_EQ(recorder.batches[0].items, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(recorder.batches[1].items, (std::vector<int>{4, 5, 6, 7}));
+TEST(DynamicBatcherTest, FullBatchesAreDueAtOnceInOrder) {
+  // A long delay: only the size bound can make these batches due.
+  Batcher batcher({.max_batch_size = 4, .max_queue_delay = absl::Seconds(30)});
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(Add(batcher, "k", i).ok());
+  const absl::Time start = absl::Now();
+  std::optional<Batcher::Batch> first = batcher.Next();
+  std::optional<Batcher::Batch> second = batcher.Next();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->items, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(second->items, (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(first->key, "k");
+  EXPECT_EQ(batcher.queued(), 0);
+}
+
+TEST(DynamicBatcherTest, WithoutDelayAnIdleWorkerTakesWhatIsQueued) {
+  Batcher batcher({.max_batch_size = 8});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(Add(batcher, "k", i).ok());
+  std::optional<Batcher::Batch> batch = batcher.Next();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->items, (std::vector<int>{0, 1, 2}));
 }
 
 TEST(DynamicBatcherTest, ALoneItemWaitsTheDelayAndNoLonger) {
-  Recorder recorder;
   const absl::Duration delay = absl::Milliseconds(50);
-  DynamicBatcher<int> batcher({.max_batch_size = 8, .max_queue_delay = delay},
-                              recorder.Run());
+  Batcher batcher({.max_batch_size = 8, .max_queue_delay = delay});
   const absl::Time enqueued = absl::Now();
-  ASSERT_TRUE(batcher.Enqueue("k", 1).ok());
-  ASSERT_TRUE(WaitFor([&] { return recorder.ItemCount() == 1; }));
-  absl::MutexLock lock(&recorder.mu);
-  const absl::Duration waited = recorder.batches[0].closed - enqueued;
+  ASSERT_TRUE(Add(batcher, "k", 1).ok());
+  std::optional<Batcher::Batch> batch = batcher.Next();
+  const absl::Duration waited = absl::Now() - enqueued;
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->items.size(), 1u);
   EXPECT_GE(waited, delay);
   // Generous slack for a loaded 2-core machine; the point is "not never".
   EXPECT_LT(waited, delay + absl::Seconds(2));
 }
 
-TEST(DynamicBatcherTest, KeysNeverShareABatch) {
-  Recorder recorder;
-  DynamicBatcher<int> batcher(
-      {.max_batch_size = 16, .max_queue_delay = absl::Milliseconds(20)},
-      recorder.Run());
-  std::vector<std::thread> producers;
-  for (int t = 0; t < 4; ++t) {
-    producers.emplace_back([&batcher, t] {
-      for (int i = 0; i < 25; ++i) {
-        ASSERT_TRUE(batcher.Enqueue(t % 2 ? "odd" : "even", t * 100 + i).ok());
-      }
-    });
-  }
-  for (std::thread& p : producers) p.join();
-  ASSERT_TRUE(WaitFor([&] { return recorder.ItemCount() == 100; }));
-  absl::MutexLock lock(&recorder.mu);
-  for (const Recorder::Batch& batch : recorder.batches) {
-    EXPECT_LE(batch.items.size(), 16u);
-    for (int item : batch.items) {
-      EXPECT_EQ(batch.key, (item / 100) % 2 ? "odd" : "even");
-    }
-  }
-  // Under concurrency the batches are mostly full, not one item each.
-  EXPECT_LT(recorder.batches.size(), 20u);
+TEST(DynamicBatcherTest, KeysNeverShareABatchAndTheOldestGoesFirst) {
+  Batcher batcher({.max_batch_size = 16});
+  ASSERT_TRUE(Add(batcher, "even", 0).ok());
+  ASSERT_TRUE(Add(batcher, "odd", 1).ok());
+  ASSERT_TRUE(Add(batcher, "even", 2).ok());
+  std::optional<Batcher::Batch> first = batcher.Next();
+  std::optional<Batcher::Batch> second = batcher.Next();
+  ASSERT_TRUE(first && second);
+  EXPECT_EQ(first->key, "even");
+  EXPECT_EQ(first->items, (std::vector<int>{0, 2}));
+  EXPECT_EQ(second->key, "odd");
+  EXPECT_EQ(second->items, (std::vector<int>{1}));
 }
 
-TEST(DynamicBatcherTest, FullQueueRefusesAndShutdownFlushesEverything) {
-  Recorder recorder;
-  DynamicBatcher<int> batcher({.max_batch_size = 100,
-                               .max_queue_delay = absl::Seconds(30),
-                               .max_queue_size = 3},
-                              recorder.Run());
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(batcher.Enqueue("k", i).ok());
-  EXPECT_EQ(batcher.Enqueue("k", 3).code(),
+TEST(DynamicBatcherTest, AWaitingWorkerWakesForANewItem) {
+  Batcher batcher({.max_batch_size = 4});
+  absl::Notification got;
+  std::optional<Batcher::Batch> batch;
+  std::thread worker([&] {
+    batch = batcher.Next();
+    got.Notify();
+  });
+  absl::SleepFor(absl::Milliseconds(20));  // let it block on the empty queue
+  EXPECT_FALSE(got.HasBeenNotified());
+  ASSERT_TRUE(Add(batcher, "k", 7).ok());
+  EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  worker.join();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->items, (std::vector<int>{7}));
+}
+
+TEST(DynamicBatcherTest, FullQueueRefusesAndShutdownDrainsEverything) {
+  DynamicBatcher<std::string> batcher({.max_batch_size = 2,
+                                       .max_queue_delay = absl::Seconds(30),
+                                       .max_queue_size = 3});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(batcher.Enqueue(i == 1 ? "b" : "a", std::to_string(i)).ok());
+  }
+  std::string refused = "kept";
+  EXPECT_EQ(batcher.Enqueue("a", std::move(refused)).code(),
             absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused, "kept");  // a refused item stays with the caller
   EXPECT_EQ(batcher.queued(), 3);
   batcher.Shutdown();  // long before the 30 s delay
-  EXPECT_EQ(recorder.ItemCount(), 3);
-  EXPECT_EQ(batcher.Enqueue("k", 4).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(batcher.Enqueue("a", "4").code(), absl::StatusCode::kUnavailable);
+  const absl::Time start = absl::Now();
+  int drained = 0;
+  while (std::optional<DynamicBatcher<std::string>::Batch> batch =
+             batcher.Next()) {
+    drained += static_cast<int>(batch->items.size());
+  }
+  EXPECT_EQ(drained, 3);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(DynamicBatcherTest, RejectsBadOptions) {
+  EXPECT_FALSE(CheckBatcherOptions({.max_batch_size = 0}).ok());
+  EXPECT_FALSE(
+      CheckBatcherOptions({.max_queue_delay = absl::Microseconds(-1)}).ok());
+  EXPECT_FALSE(CheckBatcherOptions({.max_queue_size = 0}).ok());
+  EXPECT_TRUE(CheckBatcherOptions({}).ok());
 }
 
 }  // namespace

@@ -1,68 +1,82 @@
 #include "server/executor.h"
 
 #include <atomic>
+#include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace matmul {
 namespace {
 
-TEST(ExecutorTest, RunsEveryAcceptedJobOnceEvenAcrossShutdown) {
-  auto executor =
-      Executor::Create({.worker_threads = 2, .max_queue_size = 100});
-  ASSERT_TRUE(executor.ok()) << executor.status();
-  std::atomic<int> ran{0};
-  for (int i = 0; i < 50; ++i) {
-    (*executor)->Submit([&ran](absl::Status admission) {
-      ASSERT_TRUE(admission.ok()) << admission;
-      ran.fetch_add(1);
-    });
-  }
-  (*executor)->Shutdown();
-  EXPECT_EQ(ran.load(), 50);
+using IntExecutor = Executor<int>;
+
+absl::Status Submit(IntExecutor& executor, int item) {
+  return executor.Submit("k", std::move(item));
 }
 
-TEST(ExecutorTest, FullQueueRefusesAtOnceWithResourceExhausted) {
-  auto executor = Executor::Create({.worker_threads = 1, .max_queue_size = 2});
-  ASSERT_TRUE(executor.ok());
-  absl::Notification release;
+TEST(ExecutorTest, RunsEveryAcceptedItemOnceEvenAcrossShutdown) {
+  std::vector<std::atomic<int>> runs(50);
+  auto executor = IntExecutor::Create(
+      {.worker_threads = 2, .batching = {.max_batch_size = 4}},
+      [&](std::vector<int> batch) {
+        EXPECT_LE(batch.size(), 4u);
+        for (int item : batch) runs[item].fetch_add(1);
+      });
+  ASSERT_TRUE(executor.ok()) << executor.status();
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(Submit(**executor, i).ok());
+  (*executor)->Shutdown();
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(runs[i].load(), 1) << "item " << i;
+}
+
+// One worker, held busy by the first item: what arrives meanwhile forms
+// the next batch (up to max_batch_size), and a full queue refuses at once.
+TEST(ExecutorTest, BatchesFormWhileTheWorkerIsBusyAndAFullQueueRefuses) {
   absl::Notification running;
-  (*executor)->Submit([&](absl::Status) {
-    running.Notify();
-    release.WaitForNotification();
-  });
-  running.WaitForNotification();  // the worker is busy; the queue is empty
+  absl::Notification release;
+  absl::Mutex mu;
+  std::vector<std::vector<int>> batches;
+  auto executor = IntExecutor::Create(
+      {.worker_threads = 1,
+       .batching = {.max_batch_size = 3, .max_queue_size = 5}},
+      [&](std::vector<int> batch) {
+        if (batch.front() == 0) {
+          running.Notify();
+          release.WaitForNotification();
+        }
+        absl::MutexLock lock(&mu);
+        batches.push_back(std::move(batch));
+      });
+  ASSERT_TRUE(executor.ok());
+  ASSERT_TRUE(Submit(**executor, 0).ok());
+  running.WaitForNotification();
   EXPECT_EQ((*executor)->running(), 1);
-  int accepted_ran = 0;
-  for (int i = 0; i < 2; ++i) {
-    (*executor)->Submit([&](absl::Status s) {
-      EXPECT_TRUE(s.ok());
-      ++accepted_ran;
-    });
-  }
-  absl::Status refusal;
-  (*executor)->Submit([&](absl::Status s) { refusal = s; });
-  EXPECT_EQ(refusal.code(), absl::StatusCode::kResourceExhausted) << refusal;
-  EXPECT_EQ((*executor)->queue_depth(), 2);
+  for (int i = 1; i <= 5; ++i) ASSERT_TRUE(Submit(**executor, i).ok());
+  EXPECT_EQ(Submit(**executor, 6).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ((*executor)->queue_depth(), 5);
   release.Notify();
   (*executor)->Shutdown();
-  EXPECT_EQ(accepted_ran, 2);
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[1], (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(batches[2], (std::vector<int>{4, 5}));
 }
 
 TEST(ExecutorTest, RefusesAfterShutdownWithUnavailable) {
-  auto executor = Executor::Create({.worker_threads = 1, .max_queue_size = 2});
+  auto executor = IntExecutor::Create({}, [](std::vector<int>) {});
   ASSERT_TRUE(executor.ok());
   (*executor)->Shutdown();
-  absl::Status refusal;
-  (*executor)->Submit([&](absl::Status s) { refusal = s; });
-  EXPECT_EQ(refusal.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(Submit(**executor, 1).code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(ExecutorTest, RejectsBadOptions) {
-  EXPECT_FALSE(Executor::Create({.worker_threads = 0}).ok());
+  auto run = [](std::vector<int>) {};
+  EXPECT_FALSE(IntExecutor::Create({.worker_threads = 0}, run).ok());
   EXPECT_FALSE(
-      Executor::Create({.worker_threads = 1, .max_queue_size = 0}).ok());
+      IntExecutor::Create({.batching = {.max_batch_size = 0}}, run).ok());
+  EXPECT_FALSE(
+      IntExecutor::Create({.batching = {.max_queue_size = 0}}, run).ok());
 }
 
 }  // namespace

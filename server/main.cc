@@ -35,10 +35,20 @@ ABSL_FLAG(int, cpu_threads, 0,
           "CPU backend: OpenBLAS threads per product; 0 divides the cores "
           "among --worker_threads.");
 ABSL_FLAG(int, worker_threads, 2,
-          "Threads that run products (each blocks on one product at a time).");
+          "Threads that run batches (each blocks on one launch at a time; "
+          "on the CUDA backend each has a stream of its own).");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");
+ABSL_FLAG(int, max_batch_size, 32,
+          "Most requests that share one launch. Requests batch when they "
+          "agree on M, N, K, layouts, output dtype, alpha and beta and on "
+          "where their operands live. 1 turns batching off.");
+ABSL_FLAG(int64_t, max_queue_delay_us, 0,
+          "How long an idle worker may wait for a batch to fill, measured "
+          "from its oldest request. 0: never wait; batches then hold what "
+          "queued while every worker was busy (no added latency when idle, "
+          "large batches under load).");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{256} << 20,
           "Largest gRPC message accepted or sent; larger requests get "
           "RESOURCE_EXHAUSTED.");
@@ -119,6 +129,9 @@ int main(int argc, char** argv) {
   backend_options.cuda_device = absl::GetFlag(FLAGS_cuda_device);
   backend_options.tuning_cache = absl::GetFlag(FLAGS_tuning_cache);
   backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
+  // One CUDA stream per worker, so that workers never wait for each other.
+  backend_options.cuda_streams =
+      std::max(1, absl::GetFlag(FLAGS_worker_threads));
   if (backend_options.cpu_threads <= 0) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     backend_options.cpu_threads =
@@ -137,7 +150,12 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.max_metric_shapes = absl::GetFlag(FLAGS_max_metric_shapes);
   options.executor.worker_threads = absl::GetFlag(FLAGS_worker_threads);
-  options.executor.max_queue_size = absl::GetFlag(FLAGS_max_queue_size);
+  options.executor.batching.max_queue_size =
+      absl::GetFlag(FLAGS_max_queue_size);
+  options.executor.batching.max_batch_size =
+      absl::GetFlag(FLAGS_max_batch_size);
+  options.executor.batching.max_queue_delay =
+      absl::Microseconds(absl::GetFlag(FLAGS_max_queue_delay_us));
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.limits.max_dimension = absl::GetFlag(FLAGS_max_dimension);
   options.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);

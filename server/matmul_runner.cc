@@ -1,49 +1,84 @@
 #include "server/matmul_runner.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace matmul {
 
-absl::Status MatmulRunner::Run(const MatmulPlan& plan, BoundOperands& operands,
-                               const v1::MatmulRequest& request,
-                               absl::Time accepted,
-                               v1::MatmulResponse* response) {
+void MatmulRunner::RunBatch(
+    std::vector<std::unique_ptr<PendingProduct>> batch) {
   const absl::Time started = absl::Now();
-  absl::StatusOr<GemmRunInfo> run = operands.device_pointers()
-                                        ? backend_.RunDevice(operands.problem())
-                                        : backend_.RunHost(operands.problem());
-  if (!run.ok()) {
-    return absl::Status(
-        run.status().code(),
-        absl::StrCat(backend_.name(), " backend: ", run.status().message()));
+  std::vector<PendingProduct*> live;
+  live.reserve(batch.size());
+  for (const std::unique_ptr<PendingProduct>& product : batch) {
+    // A call past its deadline is also cancelled by gRPC: test the deadline
+    // first so the status says why.
+    if (absl::FromChrono(product->context->deadline()) < started) {
+      std::move(product->finish)(absl::DeadlineExceededError(
+          "the request's deadline passed while it waited in the queue"));
+    } else if (product->context->IsCancelled()) {
+      std::move(product->finish)(
+          absl::CancelledError("the call was cancelled before it ran"));
+    } else {
+      live.push_back(product.get());
+    }
   }
-  const GemmProblem& p = plan.problem;
-  response->set_request_id(request.request_id());
-  if (!plan.output_in_region) {
-    v1::Tensor* c = response->mutable_c();
-    c->set_dtype(p.c_dtype == DType::kBF16 ? v1::DTYPE_BF16 : v1::DTYPE_FP32);
-    if (p.batch > 1) c->add_shape(p.batch);
-    c->add_shape(p.m);
-    c->add_shape(p.n);
-    c->set_inline_data(operands.TakeOutput());
-  }
-  response->set_backend(backend_.name());
-  response->set_kernel(run->kernel);
-  response->set_batch_size(1);
+  if (!live.empty()) RunLaunch(live, started);
+}
 
-  RequestRecord record;
-  record.shape = ShapeName(p);
-  record.kernel = run->kernel;
-  record.flops = p.flops();
-  record.queue_seconds = absl::ToDoubleSeconds(started - accepted);
-  record.kernel_seconds = run->kernel_seconds;
-  record.total_seconds = absl::ToDoubleSeconds(absl::Now() - accepted);
-  v1::Timing* timing = response->mutable_timing();
-  timing->set_queue_seconds(record.queue_seconds);
-  timing->set_kernel_seconds(record.kernel_seconds);
-  timing->set_total_seconds(record.total_seconds);
-  metrics_.RecordSuccess(record);
-  return absl::OkStatus();
+void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
+                             absl::Time started) {
+  std::vector<const GemmProblem*> problems;
+  problems.reserve(live.size());
+  for (const PendingProduct* product : live) {
+    problems.push_back(&product->operands->problem());
+  }
+  // One batch key means one residency: all in place or all staged.
+  const bool on_device = live.front()->operands->on_device();
+  absl::StatusOr<GemmRunInfo> run = backend_.RunBatch(problems, on_device);
+  if (!run.ok() && live.size() > 1) {
+    for (PendingProduct* product : live) RunLaunch({product}, started);
+    return;
+  }
+  if (!run.ok()) {
+    std::move(live.front()->finish)(absl::Status(
+        run.status().code(),
+        absl::StrCat(backend_.name(), " backend: ", run.status().message())));
+    return;
+  }
+  const GemmProblem& shape = live.front()->plan.problem;
+  const int batch_size = static_cast<int>(live.size());
+  metrics_.RecordLaunch(ShapeName(shape), batch_size, run->kernel_seconds);
+  for (PendingProduct* product : live) {
+    const GemmProblem& p = product->plan.problem;
+    v1::MatmulResponse* response = product->response;
+    response->set_request_id(product->request->request_id());
+    if (!product->plan.output_in_region) {
+      v1::Tensor* c = response->mutable_c();
+      c->set_dtype(p.c_dtype == DType::kBF16 ? v1::DTYPE_BF16 : v1::DTYPE_FP32);
+      if (p.batch > 1) c->add_shape(p.batch);
+      c->add_shape(p.m);
+      c->add_shape(p.n);
+      c->set_inline_data(product->operands->TakeOutput());
+    }
+    response->set_backend(backend_.name());
+    response->set_kernel(run->kernel);
+    response->set_batch_size(static_cast<uint32_t>(batch_size));
+
+    RequestRecord record;
+    record.shape = ShapeName(p);
+    record.kernel = run->kernel;
+    record.flops = p.flops();
+    record.queue_seconds = absl::ToDoubleSeconds(started - product->accepted);
+    record.total_seconds =
+        absl::ToDoubleSeconds(absl::Now() - product->accepted);
+    v1::Timing* timing = response->mutable_timing();
+    timing->set_queue_seconds(record.queue_seconds);
+    timing->set_kernel_seconds(run->kernel_seconds);
+    timing->set_total_seconds(record.total_seconds);
+    metrics_.RecordRequest(record);
+    std::move(product->finish)(absl::OkStatus());
+  }
 }
 
 }  // namespace matmul

@@ -1,16 +1,17 @@
-// Runs one validated, bound request on the calling thread: calls the
-// backend, fills the response (result, timings, kernel) and records the
-// metrics. Knows nothing of gRPC reactors.
+// Runs one batch of pending products on the calling (worker) thread: drops
+// those whose deadline passed or whose call was cancelled while they
+// queued, runs the rest as one launch (GemmBackend::RunBatch), fills each
+// response (result, timings, kernel, batch size), records the metrics and
+// answers every call. Knows nothing of gRPC reactors.
 #ifndef MATMUL_SERVER_MATMUL_RUNNER_H_
 #define MATMUL_SERVER_MATMUL_RUNNER_H_
 
-#include "absl/status/status.h"
-#include "absl/time/time.h"
+#include <memory>
+#include <vector>
+
 #include "kernels/gemm_backend.h"
-#include "matmul/v1/matmul.pb.h"
-#include "server/bound_operands.h"
 #include "server/metrics.h"
-#include "server/request_validation.h"
+#include "server/pending_product.h"
 
 namespace matmul {
 
@@ -19,13 +20,16 @@ class MatmulRunner {
   MatmulRunner(GemmBackend& backend, ServerMetrics& metrics)
       : backend_(backend), metrics_(metrics) {}
 
-  // `accepted` is when the server took the request (for queue and total
-  // time). Thread-safe.
-  absl::Status Run(const MatmulPlan& plan, BoundOperands& operands,
-                   const v1::MatmulRequest& request, absl::Time accepted,
-                   v1::MatmulResponse* response);
+  // Every product of `batch` shares one batch key. Each one's `finish` has
+  // run when this returns. Thread-safe.
+  void RunBatch(std::vector<std::unique_ptr<PendingProduct>> batch);
 
  private:
+  // Runs `live` as one launch and answers each; when a launch of several
+  // fails, retries them one by one so that one bad product cannot fail
+  // the others.
+  void RunLaunch(const std::vector<PendingProduct*>& live, absl::Time started);
+
   GemmBackend& backend_;
   ServerMetrics& metrics_;
 };

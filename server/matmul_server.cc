@@ -33,9 +33,22 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
       server->metrics_,
       ServerMetrics::Create(options.metrics_listen, options.max_metric_shapes,
                             server->backend_->name()));
-  ASSIGN_OR_RETURN(server->executor_, Executor::Create(options.executor));
-  const int max_concurrent =
-      options.executor.worker_threads + options.executor.max_queue_size;
+  server->runner_ =
+      std::make_unique<MatmulRunner>(*server->backend_, *server->metrics_);
+  MatmulRunner* runner = server->runner_.get();
+  ASSIGN_OR_RETURN(
+      server->executor_,
+      ProductExecutor::Create(
+          options.executor,
+          [runner](std::vector<std::unique_ptr<PendingProduct>> batch) {
+            runner->RunBatch(std::move(batch));
+          }));
+  ProductExecutor* executor = server->executor_.get();
+  server->metrics_->SetQueueDepthSource(
+      [executor] { return executor->queue_depth(); });
+  const int max_concurrent = options.executor.worker_threads *
+                                 options.executor.batching.max_batch_size +
+                             options.executor.batching.max_queue_size;
   RegionOpenOptions region_options;
   region_options.shm_prefix = options.shm_prefix;
   region_options.cuda_device = server->backend_->cuda_device();
@@ -75,7 +88,11 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   return server;
 }
 
-MatmulServer::~MatmulServer() { Shutdown(absl::ZeroDuration()); }
+MatmulServer::~MatmulServer() {
+  Shutdown(absl::ZeroDuration());
+  // The metrics endpoint outlives the executor it reads the depth from.
+  if (metrics_ != nullptr) metrics_->SetQueueDepthSource(nullptr);
+}
 
 void MatmulServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;

@@ -1,4 +1,5 @@
-// The daemon as a library: backend, executor, metrics, the gRPC server with
+// The daemon as a library: backend, batching executor, metrics, the gRPC
+// server with
 // MatmulService, health (grpc.health.v1) and reflection. main.cc parses
 // flags and signals around it; the tests start it in-process.
 #ifndef MATMUL_SERVER_MATMUL_SERVER_H_
@@ -14,6 +15,7 @@
 #include "absl/time/time.h"
 #include "kernels/gemm_backend.h"
 #include "server/executor.h"
+#include "server/matmul_runner.h"
 #include "server/matmul_service.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
@@ -64,7 +66,8 @@ class MatmulServer {
   // Declared before the registry: regions it opened must go first.
   std::unique_ptr<RegionOpener> region_opener_;
   std::unique_ptr<RegionRegistry> registry_;
-  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<MatmulRunner> runner_;
+  std::unique_ptr<ProductExecutor> executor_;
   std::unique_ptr<MatmulServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::vector<int> bound_ports_;

@@ -3,8 +3,10 @@
 #include <deque>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "kernels/gemm_batch.h"
 #include "server/matmul_stream_reactor.h"
 
 namespace matmul {
@@ -14,20 +16,17 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-MatmulServiceImpl::MatmulServiceImpl(GemmBackend& backend, Executor& executor,
-                                     ServerMetrics& metrics,
-                                     RegionRegistry& registry,
-                                     RegionOpener& region_opener,
-                                     const ValidationLimits& limits,
-                                     int max_concurrent_requests)
+MatmulServiceImpl::MatmulServiceImpl(
+    GemmBackend& backend, ProductExecutor& executor, ServerMetrics& metrics,
+    RegionRegistry& registry, RegionOpener& region_opener,
+    const ValidationLimits& limits, int max_concurrent_requests)
     : backend_(backend),
       executor_(executor),
       metrics_(metrics),
       registry_(registry),
       region_opener_(region_opener),
       limits_(limits),
-      max_concurrent_requests_(max_concurrent_requests),
-      runner_(backend, metrics) {}
+      max_concurrent_requests_(max_concurrent_requests) {}
 
 void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
                                const v1::MatmulRequest* request,
@@ -51,38 +50,32 @@ void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
     finish(plan.status());
     return;
   }
-  // Regions are looked up and bounds-checked now, before any queueing.
-  // A GPU backend runs products whose operands all sit in regions in place
-  // (device pointers); any inline operand means staging through the host.
-  const bool in_place = backend_.cuda_device() >= 0 && plan->a.in_region &&
-                        plan->b.in_region && plan->output_in_region;
+  // Regions are looked up and bounds-checked now, before any queueing. On
+  // a GPU backend region operands are bound as the device sees them; a
+  // product with any inline operand is staged through device buffers.
   absl::StatusOr<std::unique_ptr<BoundOperands>> operands =
-      BoundOperands::Bind(*plan, *request, registry_, in_place);
+      BoundOperands::Bind(*plan, *request, registry_,
+                          /*device_pointers=*/backend_.cuda_device() >= 0);
   if (!operands.ok()) {
     finish(operands.status());
     return;
   }
-  executor_.Submit(
-      [this, context, request, response, accepted, plan = std::move(*plan),
-       operands = *std::move(operands),
-       finish = std::move(finish)](absl::Status admission) mutable {
-        if (!admission.ok()) {
-          finish(std::move(admission));
-          return;
-        }
-        // A call past its deadline is also cancelled by gRPC: test the
-        // deadline first so the status says why.
-        if (absl::FromChrono(context->deadline()) < absl::Now()) {
-          finish(absl::DeadlineExceededError(
-              "the request's deadline passed while it waited in the queue"));
-          return;
-        }
-        if (context->IsCancelled()) {
-          finish(absl::CancelledError("the call was cancelled before it ran"));
-          return;
-        }
-        finish(runner_.Run(plan, *operands, *request, accepted, response));
-      });
+  auto product = std::make_unique<PendingProduct>();
+  product->operands = *std::move(operands);
+  const std::string key =
+      absl::StrCat(BatchKey(product->operands->problem()),
+                   product->operands->on_device() ? "|device" : "|staged");
+  product->plan = *std::move(plan);
+  product->request = request;
+  product->response = response;
+  product->context = context;
+  product->accepted = accepted;
+  product->finish = std::move(finish);
+  // Submit moves from `product` only when it accepts it.
+  if (absl::Status refusal = executor_.Submit(key, std::move(product));
+      !refusal.ok()) {
+    std::move(product->finish)(std::move(refusal));
+  }
 }
 
 grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(

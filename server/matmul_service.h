@@ -1,9 +1,9 @@
-// The gRPC face of the daemon (callback API): validates each request on the
-// gRPC thread, hands valid ones to the Executor and answers when the product
-// is done. Matmul is unary; MatmulStream multiplexes many requests over one
-// stream and answers each as it completes (any order, matched by
-// request_id; a bad request gets a response with status_code set and the
-// stream goes on).
+// The gRPC face of the daemon (callback API): validates and binds each
+// request on the gRPC thread, hands valid ones to the executor (which
+// batches them) and answers when the product is done. Matmul is unary;
+// MatmulStream multiplexes many requests over one stream and answers each as it
+// completes (any order, matched by request_id; a bad request gets a response
+// with status_code set and the stream goes on).
 #ifndef MATMUL_SERVER_MATMUL_SERVICE_H_
 #define MATMUL_SERVER_MATMUL_SERVICE_H_
 
@@ -12,9 +12,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "kernels/gemm_backend.h"
 #include "matmul/v1/matmul.grpc.pb.h"
-#include "server/executor.h"
-#include "server/matmul_runner.h"
 #include "server/metrics.h"
+#include "server/pending_product.h"
 #include "server/regions/region_opener.h"
 #include "server/regions/region_registry.h"
 #include "server/request_validation.h"
@@ -26,7 +25,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
  public:
-  MatmulServiceImpl(GemmBackend& backend, Executor& executor,
+  MatmulServiceImpl(GemmBackend& backend, ProductExecutor& executor,
                     ServerMetrics& metrics, RegionRegistry& registry,
                     RegionOpener& region_opener, const ValidationLimits& limits,
                     int max_concurrent_requests);
@@ -66,20 +65,20 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
 
   // Validates `request` and queues its product; `done` runs exactly once,
   // on a worker thread or (for rejections) before Submit returns, with the
-  // request's final status. `context` gives deadline and cancellation.
+  // request's final status. `context` gives deadline and cancellation and
+  // must outlive `done`.
   void Submit(grpc::CallbackServerContext* context,
               const v1::MatmulRequest* request, v1::MatmulResponse* response,
               absl::AnyInvocable<void(absl::Status) &&> done);
 
  private:
   GemmBackend& backend_;
-  Executor& executor_;
+  ProductExecutor& executor_;
   ServerMetrics& metrics_;
   RegionRegistry& registry_;
   const ValidationLimits limits_;
   RegionOpener& region_opener_;
   const int max_concurrent_requests_;
-  MatmulRunner runner_;
 
   absl::Mutex sessions_mu_;
   absl::flat_hash_set<SessionReactor*> sessions_ ABSL_GUARDED_BY(sessions_mu_);

@@ -74,8 +74,9 @@ ServerMetrics::ServerMetrics(int max_shapes, const std::string& backend)
       kernel_duration_family_(
           prometheus::BuildHistogram()
               .Name("matmul_kernel_duration_seconds")
-              .Help("Compute time of one request's product (GPU kernel time "
-                    "measured with events; the GEMM call on the CPU)")
+              .Help("Compute time of one launch, which the requests of a "
+                    "batch share (GPU kernel time measured with events; the "
+                    "GEMM call on the CPU)")
               .Register(*registry_)),
       flops_family_(prometheus::BuildCounter()
                         .Name("matmul_flops_total")
@@ -87,6 +88,18 @@ ServerMetrics::ServerMetrics(int max_shapes, const std::string& backend)
                          .Help("Time a request waited before its product ran")
                          .Register(*registry_)
                          .Add({{"backend", backend_}}, DurationBuckets());
+  prometheus::Histogram::BucketBoundaries batch_bounds;
+  for (double b = 1; b <= 1024; b *= 2) batch_bounds.push_back(b);
+  batch_size_ = &prometheus::BuildHistogram()
+                     .Name("matmul_batch_size")
+                     .Help("Requests that shared one launch")
+                     .Register(*registry_)
+                     .Add({{"backend", backend_}}, batch_bounds);
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("matmul_queue_depth")
+                      .Help("Requests accepted and waiting to run")
+                      .Register(*registry_)
+                      .Add({{"backend", backend_}});
   in_flight_ = &prometheus::BuildGauge()
                     .Name("matmul_requests_in_flight")
                     .Help("Matmul requests accepted and not yet answered")
@@ -122,16 +135,32 @@ prometheus::Counter& ServerMetrics::FlopsFor(const std::string& shape,
   return *counter;
 }
 
-void ServerMetrics::RecordSuccess(const RequestRecord& record) {
+void ServerMetrics::RecordRequest(const RequestRecord& record) {
   queue_duration_->Observe(record.queue_seconds);
   absl::MutexLock lock(&mu_);
   ShapeSeries& series = SeriesFor(record.shape);
   series.request_duration->Observe(record.total_seconds);
-  series.kernel_duration->Observe(record.kernel_seconds);
   // The flops series uses the same bounded shape label as the histograms.
   const std::string shape =
       shapes_.contains(record.shape) ? record.shape : "other";
   FlopsFor(shape, record.kernel).Increment(record.flops);
+}
+
+void ServerMetrics::RecordLaunch(const std::string& shape, int batch_size,
+                                 double kernel_seconds) {
+  batch_size_->Observe(batch_size);
+  absl::MutexLock lock(&mu_);
+  SeriesFor(shape).kernel_duration->Observe(kernel_seconds);
+}
+
+void ServerMetrics::SetQueueDepthSource(std::function<int()> source) {
+  absl::MutexLock lock(&source_mu_);
+  queue_depth_source_ = std::move(source);
+}
+
+void ServerMetrics::UpdateQueueDepth() const {
+  absl::MutexLock lock(&source_mu_);
+  if (queue_depth_source_) queue_depth_->Set(queue_depth_source_());
 }
 
 void ServerMetrics::CountRequest(absl::StatusCode code) {
@@ -143,6 +172,7 @@ void ServerMetrics::CountRequest(absl::StatusCode code) {
 }
 
 std::string ServerMetrics::Scrape() const {
+  UpdateQueueDepth();
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry_->Collect());
   return out.str();

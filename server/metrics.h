@@ -8,6 +8,7 @@
 #ifndef MATMUL_SERVER_METRICS_H_
 #define MATMUL_SERVER_METRICS_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,7 +32,6 @@ struct RequestRecord {
   std::string kernel;
   double flops = 0.0;
   double queue_seconds = 0.0;
-  double kernel_seconds = 0.0;
   double total_seconds = 0.0;
 };
 
@@ -46,7 +46,12 @@ class ServerMetrics {
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
   // A request answered OK.
-  void RecordSuccess(const RequestRecord& record);
+  void RecordRequest(const RequestRecord& record);
+  // One kernel launch that served `batch_size` requests of `shape`.
+  void RecordLaunch(const std::string& shape, int batch_size,
+                    double kernel_seconds);
+  // Where matmul_queue_depth is read from, at each scrape.
+  void SetQueueDepthSource(std::function<int()> source);
   // Any request that ended with `code` (OK included): matmul_requests_total.
   void CountRequest(absl::StatusCode code);
   void RequestStarted() { in_flight_->Increment(); }
@@ -64,6 +69,7 @@ class ServerMetrics {
   };
 
   ServerMetrics(int max_shapes, const std::string& backend);
+  void UpdateQueueDepth() const;
   ShapeSeries& SeriesFor(const std::string& shape)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   prometheus::Counter& FlopsFor(const std::string& shape,
@@ -80,13 +86,17 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& kernel_duration_family_;
   prometheus::Family<prometheus::Counter>& flops_family_;
   prometheus::Histogram* queue_duration_;
+  prometheus::Histogram* batch_size_;
   prometheus::Gauge* in_flight_;
+  prometheus::Gauge* queue_depth_;
   std::map<absl::StatusCode, prometheus::Counter*> requests_by_code_;
 
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, ShapeSeries> shapes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, prometheus::Counter*> flops_
       ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex source_mu_;
+  std::function<int()> queue_depth_source_ ABSL_GUARDED_BY(source_mu_);
 };
 
 }  // namespace matmul

@@ -296,7 +296,7 @@ TEST(MessageLimitTest, RequestOverTheSizeLimitIsResourceExhausted) {
 TEST(QueueTest, FullQueueAndQueuedDeadline) {
   ServerOptions options = TestDaemon::DefaultOptions();
   options.executor.worker_threads = 1;
-  options.executor.max_queue_size = 1;
+  options.executor.batching.max_queue_size = 1;
   TestDaemon daemon(options);
   auto metric = [&](const std::string& series) {
     return MetricValue(daemon.server().metrics().Scrape(), series);

@@ -1,5 +1,6 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -7,6 +8,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_ops.h"
+#include "kernels/gemm_batch.h"
 
 namespace matmul {
 namespace {
@@ -60,8 +62,21 @@ const char* EntryPointer(const void* data, const void* const* pointers,
          b * batch_stride * static_cast<int64_t>(element);
 }
 
-// Copies entry by entry from host memory into a dense device copy in
-// `layout` (row-major for a strided source, which is packed on the host).
+// True when the device can address `pointer` directly: device, managed or
+// registered host memory. Plain pageable host memory is not.
+bool DeviceAddressable(const void* pointer) {
+  cudaPointerAttributes attributes;
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    cudaGetLastError();  // clear the error so later calls start clean
+    return false;
+  }
+  return attributes.type != cudaMemoryTypeUnregistered;
+}
+
+// Copies entry by entry into a dense device copy in `layout` (row-major for
+// a strided source). Sources may be host or device memory (unified
+// addressing picks the copy direction); a strided source is packed on the
+// host, or gathered by a kernel when the device can read it.
 absl::Status StageIn(const void* data, const void* const* pointers,
                      const Strides& strides, const Classified& c, int64_t rows,
                      int64_t cols, int64_t entries, size_t element,
@@ -73,20 +88,25 @@ absl::Status StageIn(const void* data, const void* const* pointers,
     char* dst = device + b * matrix_bytes;
     switch (c.layout) {
       case Layout::kRowMajor:
-        RETURN_IF_ERROR(
-            CudaStatus(cudaMemcpy2DAsync(dst, cols * element, src,
-                                         c.ld * element, cols * element, rows,
-                                         cudaMemcpyHostToDevice, stream),
-                       "cudaMemcpy2DAsync(host to device)"));
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpy2DAsync(dst, cols * element, src, c.ld * element,
+                              cols * element, rows, cudaMemcpyDefault, stream),
+            "cudaMemcpy2DAsync(staging in)"));
         break;
       case Layout::kColMajor:
-        RETURN_IF_ERROR(
-            CudaStatus(cudaMemcpy2DAsync(dst, rows * element, src,
-                                         c.ld * element, rows * element, cols,
-                                         cudaMemcpyHostToDevice, stream),
-                       "cudaMemcpy2DAsync(host to device)"));
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpy2DAsync(dst, rows * element, src, c.ld * element,
+                              rows * element, cols, cudaMemcpyDefault, stream),
+            "cudaMemcpy2DAsync(staging in)"));
         break;
       case Layout::kStrided:
+        if (DeviceAddressable(src)) {
+          RETURN_IF_ERROR(cuda::CopyMatrix(
+              {src, nullptr, {0, strides.row, strides.col}},
+              {dst, nullptr, Dense(Layout::kRowMajor, rows, cols, true)}, 1,
+              rows, cols, static_cast<int>(element), stream));
+          break;
+        }
         pack.resize(matrix_bytes);
         for (int64_t i = 0; i < rows; ++i) {
           for (int64_t j = 0; j < cols; ++j) {
@@ -107,6 +127,7 @@ absl::Status StageIn(const void* data, const void* const* pointers,
   return absl::OkStatus();
 }
 
+// The reverse of StageIn for C: host or device destinations.
 absl::Status StageOut(const GemmProblem& p, const Classified& c,
                       const char* device, cudaStream_t stream,
                       std::vector<char>& pack) {
@@ -119,20 +140,25 @@ absl::Status StageOut(const GemmProblem& p, const Classified& c,
     const char* src = device + b * matrix_bytes;
     switch (c.layout) {
       case Layout::kRowMajor:
-        RETURN_IF_ERROR(
-            CudaStatus(cudaMemcpy2DAsync(dst, c.ld * element, src,
-                                         p.n * element, p.n * element, p.m,
-                                         cudaMemcpyDeviceToHost, stream),
-                       "cudaMemcpy2DAsync(device to host)"));
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpy2DAsync(dst, c.ld * element, src, p.n * element,
+                              p.n * element, p.m, cudaMemcpyDefault, stream),
+            "cudaMemcpy2DAsync(staging out)"));
         break;
       case Layout::kColMajor:
-        RETURN_IF_ERROR(
-            CudaStatus(cudaMemcpy2DAsync(dst, c.ld * element, src,
-                                         p.m * element, p.m * element, p.n,
-                                         cudaMemcpyDeviceToHost, stream),
-                       "cudaMemcpy2DAsync(device to host)"));
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpy2DAsync(dst, c.ld * element, src, p.m * element,
+                              p.m * element, p.n, cudaMemcpyDefault, stream),
+            "cudaMemcpy2DAsync(staging out)"));
         break;
       case Layout::kStrided:
+        if (DeviceAddressable(dst)) {
+          RETURN_IF_ERROR(cuda::CopyMatrix(
+              {src, nullptr, Dense(Layout::kRowMajor, p.m, p.n, true)},
+              {dst, nullptr, {0, p.c.strides.row, p.c.strides.col}}, 1, p.m,
+              p.n, static_cast<int>(element), stream));
+          break;
+        }
         pack.resize(matrix_bytes);
         RETURN_IF_ERROR(
             CudaStatus(cudaMemcpyAsync(pack.data(), src, matrix_bytes,
@@ -239,57 +265,102 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   selector_options.use_cublaslt = options.use_cublaslt;
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::GemmSelector> selector,
                    cuda::GemmSelector::Create(selector_options));
-  ASSIGN_OR_RETURN(cuda::CudaStream stream, cuda::CudaStream::Create());
-  ASSIGN_OR_RETURN(cuda::CudaEvent start, cuda::CudaEvent::Create());
-  ASSIGN_OR_RETURN(cuda::CudaEvent stop, cuda::CudaEvent::Create());
-  auto backend = std::unique_ptr<CudaBackend>(
-      new CudaBackend(options, std::move(info), std::move(selector),
-                      std::move(stream), std::move(start), std::move(stop)));
-  // cuBLASLt's workspace up front: a cudaMalloc inside the first timed
-  // product would count as kernel time (and synchronise the device).
-  RETURN_IF_ERROR(backend->workspace_.Reserve(
-      backend->selector_->cublaslt().workspace_bytes()));
-  return backend;
+  if (options.streams < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("streams is ", options.streams, "; expected >= 1"));
+  }
+  std::vector<std::unique_ptr<Lane>> lanes;
+  for (int i = 0; i < options.streams; ++i) {
+    ASSIGN_OR_RETURN(cuda::CudaStream stream, cuda::CudaStream::Create());
+    ASSIGN_OR_RETURN(cuda::CudaEvent start, cuda::CudaEvent::Create());
+    ASSIGN_OR_RETURN(cuda::CudaEvent stop, cuda::CudaEvent::Create());
+    auto lane = std::make_unique<Lane>(
+        Lane{std::move(stream), std::move(start), std::move(stop)});
+    // cuBLASLt's workspace up front: a cudaMalloc inside the first timed
+    // product would count as kernel time (and synchronise the device).
+    RETURN_IF_ERROR(
+        lane->workspace.Reserve(selector->cublaslt().workspace_bytes()));
+    lanes.push_back(std::move(lane));
+  }
+  return std::unique_ptr<CudaBackend>(new CudaBackend(
+      options, std::move(info), std::move(selector), std::move(lanes)));
 }
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
                          std::unique_ptr<cuda::GemmSelector> selector,
-                         cuda::CudaStream stream, cuda::CudaEvent start,
-                         cuda::CudaEvent stop)
+                         std::vector<std::unique_ptr<Lane>> lanes)
     : options_(options),
       info_(std::move(info)),
       selector_(std::move(selector)),
-      stream_(std::move(stream)),
-      start_(std::move(start)),
-      stop_(std::move(stop)) {}
+      lanes_(std::move(lanes)) {
+  for (const std::unique_ptr<Lane>& lane : lanes_) {
+    free_lanes_.push_back(lane.get());
+  }
+}
 
 CudaBackend::~CudaBackend() {
-  // Stop background tuning before the buffers and stream go away.
+  // Stop background tuning before the buffers and streams go away.
   selector_.reset();
 }
 
+class CudaBackend::LaneLease {
+ public:
+  LaneLease(CudaBackend& backend, Lane* lane, cuda::ScopedDevice scoped)
+      : backend_(&backend), lane_(lane), scoped_(std::move(scoped)) {}
+  LaneLease(LaneLease&& other) noexcept
+      : backend_(std::exchange(other.backend_, nullptr)),
+        lane_(std::exchange(other.lane_, nullptr)),
+        scoped_(std::move(other.scoped_)) {}
+  LaneLease& operator=(LaneLease&&) = delete;
+  ~LaneLease() {
+    if (backend_ == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(backend_->lanes_mu_);
+      backend_->free_lanes_.push_back(lane_);
+    }
+    backend_->lane_freed_.notify_one();
+  }
+  Lane& lane() const { return *lane_; }
+
+ private:
+  CudaBackend* backend_;
+  Lane* lane_;
+  cuda::ScopedDevice scoped_;
+};
+
+absl::StatusOr<CudaBackend::LaneLease> CudaBackend::AcquireLane() {
+  ASSIGN_OR_RETURN(cuda::ScopedDevice scoped,
+                   cuda::ScopedDevice::Create(options_.device));
+  std::unique_lock<std::mutex> lock(lanes_mu_);
+  lane_freed_.wait(lock, [this] { return !free_lanes_.empty(); });
+  Lane* lane = free_lanes_.back();
+  free_lanes_.pop_back();
+  return LaneLease(*this, lane, std::move(scoped));
+}
+
 absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
-                                                  cudaStream_t stream) {
+                                                  Lane& lane) {
   // Resolved before the start event, so that a first call's plan building
   // is not counted as kernel time.
   ASSIGN_OR_RETURN(cuda::KernelChoice choice, selector_->Resolve(problem));
-  RETURN_IF_ERROR(start_.Record(stream));
-  RETURN_IF_ERROR(selector_->RunChoice(choice, problem, stream, workspace_));
-  RETURN_IF_ERROR(stop_.Record(stream));
-  RETURN_IF_ERROR(stop_.Synchronize());
+  cudaStream_t stream = lane.stream.get();
+  RETURN_IF_ERROR(lane.start.Record(stream));
+  RETURN_IF_ERROR(
+      selector_->RunChoice(choice, problem, stream, lane.workspace));
+  RETURN_IF_ERROR(lane.stop.Record(stream));
+  RETURN_IF_ERROR(lane.stop.Synchronize());
   GemmRunInfo info;
   info.kernel = choice.name;
   ASSIGN_OR_RETURN(info.kernel_seconds,
-                   cuda::CudaEvent::ElapsedSeconds(start_, stop_));
+                   cuda::CudaEvent::ElapsedSeconds(lane.start, lane.stop));
   return info;
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(cuda::ScopedDevice scoped,
-                   cuda::ScopedDevice::Create(options_.device));
-  cudaStream_t stream = stream_.get();
+  ASSIGN_OR_RETURN(LaneLease lease, AcquireLane());
+  Lane& lane = lease.lane();
+  cudaStream_t stream = lane.stream.get();
   const Classified ca = Classify(p.a.strides, p.m, p.k);
   const Classified cb = Classify(p.b.strides, p.k, p.n);
   const Classified cc = Classify(p.c.strides, p.m, p.n);
@@ -300,9 +371,9 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
   const int64_t a_entries = a_broadcast ? 1 : p.batch;
   const int64_t b_entries = b_broadcast ? 1 : p.batch;
   const size_t c_element = DTypeSize(p.c_dtype);
-  RETURN_IF_ERROR(a_buffer_.Reserve(a_entries * p.m * p.k * 2));
-  RETURN_IF_ERROR(b_buffer_.Reserve(b_entries * p.k * p.n * 2));
-  RETURN_IF_ERROR(c_buffer_.Reserve(p.batch * p.m * p.n * c_element));
+  RETURN_IF_ERROR(lane.a_buffer.Reserve(a_entries * p.m * p.k * 2));
+  RETURN_IF_ERROR(lane.b_buffer.Reserve(b_entries * p.k * p.n * 2));
+  RETURN_IF_ERROR(lane.c_buffer.Reserve(p.batch * p.m * p.n * c_element));
 
   // Dense device copies keep a row- or column-major source's layout (a
   // transposed operand stays transposed: the kernels take either); a
@@ -315,44 +386,78 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
   d.a.pointers = nullptr;
   d.b.pointers = nullptr;
   d.c.pointers = nullptr;
-  d.a.data = a_buffer_.data();
-  d.b.data = b_buffer_.data();
-  d.c.data = c_buffer_.data();
+  d.a.data = lane.a_buffer.data();
+  d.b.data = lane.b_buffer.data();
+  d.c.data = lane.c_buffer.data();
   d.a.strides = Dense(device_layout(ca), p.m, p.k, a_broadcast);
   d.b.strides = Dense(device_layout(cb), p.k, p.n, b_broadcast);
   d.c.strides = Dense(device_layout(cc), p.m, p.n, false);
 
   std::vector<char> pack;
-  RETURN_IF_ERROR(StageIn(p.a.data, p.a.pointers, p.a.strides, ca, p.m, p.k,
-                          a_entries, 2, static_cast<char*>(a_buffer_.data()),
-                          stream, pack));
-  RETURN_IF_ERROR(StageIn(p.b.data, p.b.pointers, p.b.strides, cb, p.k, p.n,
-                          b_entries, 2, static_cast<char*>(b_buffer_.data()),
-                          stream, pack));
+  RETURN_IF_ERROR(
+      StageIn(p.a.data, p.a.pointers, p.a.strides, ca, p.m, p.k, a_entries, 2,
+              static_cast<char*>(lane.a_buffer.data()), stream, pack));
+  RETURN_IF_ERROR(
+      StageIn(p.b.data, p.b.pointers, p.b.strides, cb, p.k, p.n, b_entries, 2,
+              static_cast<char*>(lane.b_buffer.data()), stream, pack));
   if (p.beta != 0.0f) {
     RETURN_IF_ERROR(
         StageIn(p.c.data, const_cast<const void* const*>(p.c.pointers),
                 p.c.strides, cc, p.m, p.n, p.batch, c_element,
-                static_cast<char*>(c_buffer_.data()), stream, pack));
+                static_cast<char*>(lane.c_buffer.data()), stream, pack));
   }
-  ASSIGN_OR_RETURN(GemmRunInfo info, RunTimed(d, stream));
-  RETURN_IF_ERROR(StageOut(p, cc, static_cast<const char*>(c_buffer_.data()),
-                           stream, pack));
-  RETURN_IF_ERROR(stream_.Synchronize());
+  ASSIGN_OR_RETURN(GemmRunInfo info, RunTimed(d, lane));
+  RETURN_IF_ERROR(StageOut(
+      p, cc, static_cast<const char*>(lane.c_buffer.data()), stream, pack));
+  RETURN_IF_ERROR(lane.stream.Synchronize());
   return info;
 }
 
-absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p,
-                                                   cudaStream_t stream) {
+absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
-  std::lock_guard<std::mutex> lock(mu_);
-  ASSIGN_OR_RETURN(cuda::ScopedDevice scoped,
-                   cuda::ScopedDevice::Create(options_.device));
-  return RunDeviceLocked(p, stream != nullptr ? stream : stream_.get());
+  ASSIGN_OR_RETURN(LaneLease lease, AcquireLane());
+  return RunDeviceOnLane(p, lease.lane());
 }
 
-absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceLocked(const GemmProblem& p,
-                                                         cudaStream_t stream) {
+absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
+    absl::Span<const GemmProblem* const> problems, bool on_device) {
+  if (problems.size() == 1 || !on_device) {
+    return GemmBackend::RunBatch(problems, on_device);
+  }
+  ASSIGN_OR_RETURN(CombinedProblem combined,
+                   CombinedProblem::Combine(problems));
+  RETURN_IF_ERROR(ValidateForCuda(combined.problem()));
+  ASSIGN_OR_RETURN(LaneLease lease, AcquireLane());
+  Lane& lane = lease.lane();
+  // The kernels read the pointer arrays on the device: copy all three into
+  // the lane's buffer (from pageable memory the copy has consumed the host
+  // arrays when the call returns).
+  const size_t entries = combined.a_pointers().size();
+  const size_t array_bytes = entries * sizeof(void*);
+  RETURN_IF_ERROR(lane.pointer_arrays.Reserve(3 * array_bytes));
+  std::vector<const void*> host(3 * entries);
+  std::copy(combined.a_pointers().begin(), combined.a_pointers().end(),
+            host.begin());
+  std::copy(combined.b_pointers().begin(), combined.b_pointers().end(),
+            host.begin() + entries);
+  std::copy(combined.c_pointers().begin(), combined.c_pointers().end(),
+            host.begin() + 2 * entries);
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(lane.pointer_arrays.data(), host.data(), 3 * array_bytes,
+                      cudaMemcpyHostToDevice, lane.stream.get()),
+      "cudaMemcpyAsync(pointer arrays)"));
+  const auto* arrays =
+      static_cast<const void* const*>(lane.pointer_arrays.data());
+  GemmProblem p = combined.problem();
+  p.a.pointers = arrays;
+  p.b.pointers = arrays + entries;
+  p.c.pointers = const_cast<void* const*>(arrays + 2 * entries);
+  return RunDeviceOnLane(p, lane);
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(const GemmProblem& p,
+                                                         Lane& lane) {
+  cudaStream_t stream = lane.stream.get();
   const Classified ca = Classify(p.a.strides, p.m, p.k);
   const Classified cb = Classify(p.b.strides, p.k, p.n);
   const Classified cc = Classify(p.c.strides, p.m, p.n);
@@ -411,7 +516,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceLocked(const GemmProblem& p,
     d.c.strides = Normalized(cc, p.c.strides.batch);
   }
 
-  ASSIGN_OR_RETURN(GemmRunInfo info, RunTimed(d, stream));
+  ASSIGN_OR_RETURN(GemmRunInfo info, RunTimed(d, lane));
   if (gather_c) {
     RETURN_IF_ERROR(cuda::CopyMatrix({d.c.data, nullptr, d.c.strides},
                                      {p.c.data, p.c.pointers, p.c.strides},

@@ -2,30 +2,37 @@
 // with the kernel GemmSelector picks for its shape (the project's own mma
 // kernels or cuBLASLt), timing the kernel with CUDA events.
 //
-// Two entry points:
-//  * RunHost (the GemmBackend interface): operands in host memory are staged
-//    into a pool of device buffers that is reused across calls, the product
-//    runs, C is copied back (and copied in first when beta != 0).
-//  * RunDevice: operands already in device (or unified) memory, e.g. CUDA
-//    IPC or registered regions; nothing is staged.
+// Entry points (the GemmBackend interface):
+//  * RunHost: every operand is staged through device buffers that are
+//    reused across calls: A and B (and C when beta != 0) copied in, C copied
+//    back. The pointers may address host memory or, through unified
+//    addressing, device memory: a request that mixes inline operands with
+//    operands in GPU regions runs here.
+//  * RunDevice: operands already in device (or registered / unified)
+//    memory, e.g. CUDA IPC or registered regions; nothing is staged.
+//  * RunBatch: products of one BatchKey as one pointer-array launch.
 // Either way an operand whose strides have no unit dimension is packed to a
 // dense matrix first (the kernels need one contiguous dimension), and the
 // output is scattered back to its strides afterwards.
 //
-// Construct once per device and share: all methods are thread-safe (calls
-// are serialised on the backend's stream; the selector's background tuning
-// runs beside them on its own stream).
+// Construct once per device and share: all methods are thread-safe. Up to
+// `streams` calls run at once, each on a lane of its own (stream, timing
+// events, workspace, staging buffers), so one call's host work overlaps
+// another's kernel; further callers wait for a free lane. The selector's
+// background tuning runs beside them on its own stream.
 #ifndef MATMUL_KERNELS_CUDA_CUDA_BACKEND_H_
 #define MATMUL_KERNELS_CUDA_CUDA_BACKEND_H_
 
 #include <cuda_runtime_api.h>
 
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/gemm_selector.h"
 #include "kernels/gemm_backend.h"
@@ -46,6 +53,8 @@ struct CudaBackendOptions {
   // one off is for tests and for ruling a family out in production).
   bool use_own_kernels = true;
   bool use_cublaslt = true;
+  // Products in flight at once (lanes); >= 1.
+  int streams = 2;
 };
 
 // Number of usable CUDA devices; 0 when there is no GPU, no driver or the
@@ -67,47 +76,57 @@ class CudaBackend : public GemmBackend {
   absl::StatusOr<GemmRunInfo> RunHost(const GemmProblem& problem) override;
 
   // The same for a problem whose pointers (and pointer arrays) address
-  // memory the device can read and write. Work is queued on `stream` (null:
-  // the backend's own stream) and the call returns once it is complete, so
-  // that kernel_seconds is known.
-  absl::StatusOr<GemmRunInfo> RunDevice(const GemmProblem& problem,
-                                        cudaStream_t stream);
-  // GemmBackend's entry point: the backend's own stream.
-  absl::StatusOr<GemmRunInfo> RunDevice(const GemmProblem& problem) override {
-    return RunDevice(problem, nullptr);
-  }
+  // memory the device can read and write. Returns once the output is
+  // complete, so that kernel_seconds is known.
+  absl::StatusOr<GemmRunInfo> RunDevice(const GemmProblem& problem) override;
+
+  // See GemmBackend::RunBatch: with `on_device`, the pointer arrays are
+  // copied to the device and the products run as one launch.
+  absl::StatusOr<GemmRunInfo> RunBatch(
+      absl::Span<const GemmProblem* const> problems, bool on_device) override;
 
   cuda::GemmSelector& selector() { return *selector_; }
   int device() const { return options_.device; }
   int cuda_device() const override { return options_.device; }
 
  private:
+  // What one call in flight uses alone.
+  struct Lane {
+    cuda::CudaStream stream;
+    cuda::CudaEvent start;
+    cuda::CudaEvent stop;
+    cuda::DeviceBuffer workspace;
+    // Staging for RunHost and pointer arrays for RunBatch: grown on
+    // demand, kept between calls.
+    cuda::DeviceBuffer a_buffer;
+    cuda::DeviceBuffer b_buffer;
+    cuda::DeviceBuffer c_buffer;
+    cuda::DeviceBuffer pointer_arrays;
+  };
+  // Holds a lane for one call and gives it back (and restores the calling
+  // thread's device) when it goes out of scope.
+  class LaneLease;
+
   CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
               std::unique_ptr<cuda::GemmSelector> selector,
-              cuda::CudaStream stream, cuda::CudaEvent start,
-              cuda::CudaEvent stop);
+              std::vector<std::unique_ptr<Lane>> lanes);
 
-  // Runs `problem` (device pointers, unit-stride layouts) on `stream`
-  // between the timing events; callers hold mu_.
-  absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem,
-                                       cudaStream_t stream);
-  absl::StatusOr<GemmRunInfo> RunDeviceLocked(const GemmProblem& problem,
-                                              cudaStream_t stream);
+  // Waits for a free lane; makes the backend's device current.
+  absl::StatusOr<LaneLease> AcquireLane();
+  // Runs `problem` (device pointers, unit-stride layouts) on the lane's
+  // stream between its timing events and waits for it.
+  absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem, Lane& lane);
+  absl::StatusOr<GemmRunInfo> RunDeviceOnLane(const GemmProblem& problem,
+                                              Lane& lane);
 
   const CudaBackendOptions options_;
   const DeviceInfo info_;
   std::unique_ptr<cuda::GemmSelector> selector_;
 
-  std::mutex mu_;
-  // Everything below is used under mu_ only.
-  cuda::CudaStream stream_;
-  cuda::CudaEvent start_;
-  cuda::CudaEvent stop_;
-  // Staging pool for RunHost: grown on demand, kept between calls.
-  cuda::DeviceBuffer a_buffer_;
-  cuda::DeviceBuffer b_buffer_;
-  cuda::DeviceBuffer c_buffer_;
-  cuda::DeviceBuffer workspace_;
+  const std::vector<std::unique_ptr<Lane>> lanes_;
+  std::mutex lanes_mu_;
+  std::condition_variable lane_freed_;
+  std::vector<Lane*> free_lanes_;  // guarded by lanes_mu_
 };
 
 // The factory the daemon calls for --backend=cuda|auto.

@@ -134,11 +134,20 @@ absl::StatusOr<std::vector<CudaEvent>> MakeEvents(int count) {
   return events;
 }
 
+// Batch sizes share a key by the power of two at or above them: the dynamic
+// batcher produces every size up to its maximum, and tuning each one would
+// keep the GPU busy with timing instead of serving.
+int64_t BatchBucket(int64_t batch) {
+  int64_t bucket = 1;
+  while (bucket < batch) bucket *= 2;
+  return bucket;
+}
+
 }  // namespace
 
 GemmProblem CanonicalProblem(const GemmProblem& p) {
   GemmProblem c;
-  c.batch = p.batch;
+  c.batch = BatchBucket(p.batch);
   c.m = p.m;
   c.n = p.n;
   c.k = p.k;
@@ -160,10 +169,10 @@ GemmProblem CanonicalProblem(const GemmProblem& p) {
 }
 
 std::string GemmSelector::Key(const GemmProblem& p) {
-  std::string key = absl::StrCat(p.m, "x", p.n, "x", p.k, ":",
-                                 std::string(1, LayoutTag(p.a.strides)),
-                                 std::string(1, LayoutTag(p.b.strides)), ":",
-                                 DTypeName(p.c_dtype), ":b", p.batch);
+  std::string key = absl::StrCat(
+      p.m, "x", p.n, "x", p.k, ":", std::string(1, LayoutTag(p.a.strides)),
+      std::string(1, LayoutTag(p.b.strides)), ":", DTypeName(p.c_dtype), ":b",
+      BatchBucket(p.batch));
   if (Broadcast(p, p.a)) absl::StrAppend(&key, ":bcastA");
   if (Broadcast(p, p.b)) absl::StrAppend(&key, ":bcastB");
   return key;

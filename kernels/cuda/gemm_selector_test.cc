@@ -57,6 +57,10 @@ TEST(GemmSelectorKey, NamesShapeLayoutDtypeBatch) {
   EXPECT_EQ(canonical.b.strides.row, 1);
   EXPECT_EQ(canonical.b.strides.col, 2048);
   EXPECT_EQ(GemmSelector::Key(canonical), GemmSelector::Key(p));
+  // Batch sizes share the key of the power of two at or above them.
+  p.batch = 5;
+  EXPECT_EQ(GemmSelector::Key(p), "5120x2048x2048:NT:fp32:b8:bcastA");
+  EXPECT_EQ(CanonicalProblem(p).batch, 8);
 }
 
 class GemmSelectorTest : public ::testing::Test {

@@ -1,0 +1,38 @@
+// One accepted, validated and bound request on its way through the batcher
+// to a worker: everything the worker needs to run it and answer it.
+#ifndef MATMUL_SERVER_PENDING_PRODUCT_H_
+#define MATMUL_SERVER_PENDING_PRODUCT_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "matmul/v1/matmul.pb.h"
+#include "server/bound_operands.h"
+#include "server/executor.h"
+#include "server/request_validation.h"
+
+namespace matmul {
+
+struct PendingProduct {
+  MatmulPlan plan;
+  std::unique_ptr<BoundOperands> operands;
+  const v1::MatmulRequest* request = nullptr;  // owned by the call
+  v1::MatmulResponse* response = nullptr;      // owned by the call
+  // Deadline and cancellation of the call; outlives `finish`.
+  grpc::CallbackServerContext* context = nullptr;
+  absl::Time accepted;  // when the server took the request
+  // Answers the call; run exactly once, with the final status.
+  absl::AnyInvocable<void(absl::Status) &&> finish;
+};
+
+// The daemon's executor: pending products, batched by BatchKey and where
+// their operands live.
+using ProductExecutor = Executor<std::unique_ptr<PendingProduct>>;
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_PENDING_PRODUCT_H_
