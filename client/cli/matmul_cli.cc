@@ -1,6 +1,7 @@
-// matmul-cli: asks a matmul daemon what it is (`info`) or runs a random
+// matmul-cli: asks a matmul daemon what it is (`info`), runs a random
 // product through it, timed and optionally checked against the FP64
-// reference (`run`). Exit codes: 0 ok, 1 RPC or check failure, 2 usage.
+// reference (`run`), or loads it at several concurrency levels (`bench`).
+// Exit codes: 0 ok, 1 RPC or check failure, 2 usage.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cli/matmul_cli_bench.h"
 #include "client/client.h"
 #include "client/cuda_memory.h"
 #include "client/region_request_builder.h"
@@ -95,6 +97,11 @@ Usage:
                   [--alpha=F] [--beta=F] [--out_dtype=bf16|fp32]
                   [--iterations=N] [--check [--tolerance=F]] [--seed=S]
                   [--mode=inline|shm|ipc|vmm] [--timeout=DURATION] [--json]
+  matmul-cli bench [--target=ADDR] [--shape=MxNxK] [--transpose_b]
+                  [--mode=inline|shm|ipc|vmm] [--concurrency=1,4,16,64]
+                  [--request_rate=R] [--duration=2s | --requests=N]
+                  [--json | --csv] [--save=FILE.json] [--label=NAME]
+                  [--plot=FILE.png [--compare=EARLIER.json,...]]
 
 Subcommands:
   info  Prints the daemon's version, backend, devices, limits and dtypes
@@ -106,6 +113,12 @@ Subcommands:
         --mode=shm puts A, B and C in a registered shared-memory region
         (zero-copy; the daemon must be on this host); --mode=ipc and
         --mode=vmm put them in GPU memory (cudaMalloc / cuMemCreate).
+  bench A load generator: for each concurrency level, keeps that many
+        requests in flight (or sends --request_rate per second), measures
+        in windows until the last --stable_windows agree, and prints
+        requests/s, TFLOPS, p50/p90/p95/p99 latency, the mean batch size
+        and the server's queue and kernel times. In region modes every
+        slot has its own A and C and all share one B (the weights).
 
 ADDR is unix:/path/to.sock (default unix:/tmp/matmul.sock) or host:port.
 
@@ -114,6 +127,8 @@ Examples:
   matmul-cli run --shape=127x255x63 --check
   matmul-cli run --shape=4096x4096x4096 --transpose_b --iterations=20
   matmul-cli run --shape=4096x4096x4096 --mode=shm --iterations=20
+  matmul-cli bench --shape=16x4096x4096 --transpose_b --mode=ipc \
+      --label="batching on" --save=on.json --plot=chart.png
 
 Exit codes: 0 ok, 1 RPC failure or --check mismatch, 2 usage error.)";
 
@@ -692,7 +707,7 @@ int Main(int argc, char** argv) {
   }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) {
-    return UsageError("missing subcommand; expected 'info' or 'run'");
+    return UsageError("missing subcommand; expected 'info', 'run' or 'bench'");
   }
   if (positional.size() > 2) {
     return UsageError(absl::StrCat("unexpected argument '", positional[2],
@@ -712,8 +727,9 @@ int Main(int argc, char** argv) {
     if (!options.ok()) return UsageError(options.status().message());
     return RunProduct(*options);
   }
+  if (subcommand == "bench") return RunBenchCommand();
   return UsageError(absl::StrCat("unknown subcommand '", subcommand,
-                                 "'; expected 'info' or 'run'"));
+                                 "'; expected 'info', 'run' or 'bench'"));
 }
 
 }  // namespace

@@ -138,6 +138,87 @@ TEST_F(CudaBackendTest, BatchBroadcastStridedAndPointerArrays) {
   CheckHost(spec);
 }
 
+// The batcher's launch: several products of one BatchKey (different data,
+// different batch sizes) as one pointer-array product, on device memory
+// and staged from the host.
+TEST_F(CudaBackendTest, BatchedLaunchesGiveEveryProductItsOwnResult) {
+  for (bool on_device : {true, false}) {
+    for (OperandLayout b :
+         {OperandLayout::kColMajor, OperandLayout::kRowMajor}) {
+      for (DType dtype : {DType::kBF16, DType::kFP32}) {
+        ProblemSpec spec;
+        spec.m = 40;
+        spec.n = 56;
+        spec.k = 72;
+        spec.b = b;
+        spec.c_dtype = dtype;
+        spec.beta = dtype == DType::kFP32 ? 0.5f : 0.0f;
+        SCOPED_TRACE(spec.Name() + (on_device ? " on device" : " staged"));
+        std::vector<::matmul::testing::HostProblem> hosts;
+        std::vector<::matmul::testing::DeviceProblem> devices;
+        hosts.reserve(5);
+        devices.reserve(5);
+        std::vector<const GemmProblem*> problems;
+        for (int i = 0; i < 5; ++i) {
+          spec.batch = i == 3 ? 2 : 1;  // a bmm request joins as 2 entries
+          hosts.push_back(MakeHostProblem(spec, rng_));
+          if (on_device) {
+            auto device = ::matmul::testing::Upload(hosts.back());
+            ASSERT_TRUE(device.ok()) << device.status();
+            devices.push_back(*std::move(device));
+            problems.push_back(&devices.back().problem);
+          } else {
+            problems.push_back(&hosts.back().problem);
+          }
+        }
+        auto info = backend_->RunBatch(problems, on_device);
+        ASSERT_TRUE(info.ok()) << info.status();
+        EXPECT_GT(info->kernel_seconds, 0.0);
+        for (int i = 0; i < 5; ++i) {
+          if (on_device) {
+            ASSERT_TRUE(::matmul::testing::Download(devices[i], hosts[i]).ok());
+          }
+          EXPECT_LT(::matmul::testing::CheckError(hosts[i]), 1e-2)
+              << "product " << i << ", " << info->kernel;
+          EXPECT_FALSE(::matmul::testing::OutsideWritten(hosts[i]));
+        }
+      }
+    }
+  }
+}
+
+// A request that mixes inline operands with operands in GPU regions runs
+// through RunHost: device operands are copied device to device (a strided
+// one gathered by a kernel), host ones staged.
+TEST_F(CudaBackendTest, HostAndDeviceOperandsMixInOneProduct) {
+  for (OperandLayout a : {OperandLayout::kRowMajor, OperandLayout::kStrided}) {
+    for (bool c_on_device : {false, true}) {
+      ProblemSpec spec;
+      spec.m = 50;
+      spec.n = 33;
+      spec.k = 64;
+      spec.a = a;
+      spec.b = OperandLayout::kColMajor;
+      spec.c = c_on_device ? OperandLayout::kStrided : OperandLayout::kRowMajor;
+      spec.beta = 0.25f;
+      SCOPED_TRACE(spec.Name());
+      auto host = MakeHostProblem(spec, rng_);
+      auto device = ::matmul::testing::Upload(host);
+      ASSERT_TRUE(device.ok()) << device.status();
+      GemmProblem mixed = host.problem;  // B from the host
+      mixed.a = device->problem.a;       // A from the device
+      if (c_on_device) mixed.c = device->problem.c;
+      auto info = backend_->RunHost(mixed);
+      ASSERT_TRUE(info.ok()) << info.status();
+      if (c_on_device) {
+        ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+      }
+      EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
+      EXPECT_FALSE(::matmul::testing::OutsideWritten(host));
+    }
+  }
+}
+
 TEST_F(CudaBackendTest, RandomHostCases) {
   for (int i = 0; i < 150; ++i) {
     CheckHost(::matmul::testing::RandomSpec(rng_, 160, true, true));

@@ -1,0 +1,186 @@
+// The load generator against a real in-process daemon (CPU backend), and
+// its reports.
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/bench/bench_report.h"
+#include "client/bench/load_generator.h"
+#include "client/request_builder.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/test_daemon.h"
+
+namespace matmul::bench {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(QuantileTest, NearestRank) {
+  const std::vector<double> sorted = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  EXPECT_EQ(Quantile(sorted, 0.5), 5);
+  EXPECT_EQ(Quantile(sorted, 0.9), 9);
+  EXPECT_EQ(Quantile(sorted, 0.99), 10);
+  EXPECT_EQ(Quantile(sorted, 0.0), 1);
+  EXPECT_EQ(Quantile({}, 0.5), 0);
+}
+
+TEST(WindowsAgreeTest, ThroughputAndLatencyWithinTheBand) {
+  std::vector<WindowStats> windows = {
+      {.requests = 10, .requests_per_second = 100, .p50_latency = 0.010},
+      {.requests = 10, .requests_per_second = 105, .p50_latency = 0.0105}};
+  EXPECT_TRUE(WindowsAgree(windows, 0.10));
+  windows[1].requests_per_second = 150;
+  EXPECT_FALSE(WindowsAgree(windows, 0.10));
+  windows[1].requests_per_second = 100;
+  windows[1].p50_latency = 0.020;
+  EXPECT_FALSE(WindowsAgree(windows, 0.10));
+  windows[1] = {.requests = 0};
+  EXPECT_FALSE(WindowsAgree(windows, 10.0));
+}
+
+class LoadGeneratorTest : public ::testing::Test {
+ protected:
+  absl::StatusOr<std::unique_ptr<LoadGenerator>> Generator(int channels) {
+    std::mt19937_64 rng(3);
+    absl::StatusOr<v1::MatmulRequest> request =
+        MakeRandomRequest({.m = 16, .n = 32, .k = 24}, rng);
+    if (!request.ok()) return request.status();
+    return LoadGenerator::Create(daemon_.target(), channels, {*request},
+                                 2.0 * 16 * 32 * 24);
+  }
+  TestDaemon daemon_;
+};
+
+TEST_F(LoadGeneratorTest, ClosedLoopMeasuresEveryAnswer) {
+  auto generator = Generator(2);
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  LoadOptions options{.concurrency = 4,
+                      .window_requests = 50,
+                      .stable_windows = 2,
+                      .stability = 100.0,  // agree at once: 2 windows
+                      .max_windows = 4,
+                      .warmup = absl::Milliseconds(50)};
+  int progress_calls = 0;
+  absl::StatusOr<LevelResult> result =
+      (*generator)
+          ->RunLevel(options, [&](const std::vector<WindowStats>& windows) {
+            progress_calls = static_cast<int>(windows.size());
+          });
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->stable);
+  EXPECT_EQ(result->windows, 2);
+  EXPECT_EQ(progress_calls, 2);
+  EXPECT_GE(result->requests, 100);
+  EXPECT_EQ(result->errors, 0);
+  EXPECT_GT(result->requests_per_second, 0);
+  EXPECT_NEAR(result->tflops,
+              result->requests_per_second * 2.0 * 16 * 32 * 24 / 1e12, 1e-12);
+  EXPECT_LE(result->latency_p50, result->latency_p90);
+  EXPECT_LE(result->latency_p90, result->latency_p99);
+  EXPECT_GT(result->server_total_p50, 0);
+  EXPECT_GE(result->mean_batch_size, 1.0);
+  EXPECT_LE(result->mean_batch_size, 4.0);
+  // The daemon answered exactly what was sent (warm-up included).
+  EXPECT_GE(MetricValue(daemon_.server().metrics().Scrape(),
+                        "matmul_requests_total{code=\"ok\"}"),
+            result->requests);
+}
+
+TEST_F(LoadGeneratorTest, OpenLoopHoldsTheRequestRate) {
+  auto generator = Generator(1);
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  LoadOptions options{.concurrency = 4,
+                      .request_rate = 200,
+                      .window = absl::Milliseconds(500),
+                      .stable_windows = 1,
+                      .stability = 100.0,
+                      .max_windows = 1,
+                      .warmup = absl::Milliseconds(100)};
+  absl::StatusOr<LevelResult> result = (*generator)->RunLevel(options, {});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_NEAR(result->requests_per_second, 200, 60);
+}
+
+TEST_F(LoadGeneratorTest, BadOptionsAndNoDaemon) {
+  auto generator = Generator(1);
+  ASSERT_TRUE(generator.ok());
+  EXPECT_EQ((*generator)->RunLevel({.concurrency = 0}, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadGenerator::Create(daemon_.target(), 0, {}, 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  v1::MatmulRequest any;
+  EXPECT_EQ(LoadGenerator::Create("unix:/nonexistent/matmul.sock", 1, {any}, 1,
+                                  absl::Milliseconds(300))
+                .status()
+                .code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(LoadGeneratorTest, RejectedRequestsFailTheLevelWithTheReason) {
+  v1::MatmulRequest bad;  // no operands: INVALID_ARGUMENT every time
+  auto generator = LoadGenerator::Create(daemon_.target(), 1, {bad}, 1);
+  ASSERT_TRUE(generator.ok());
+  absl::StatusOr<LevelResult> result =
+      (*generator)
+          ->RunLevel({.concurrency = 2,
+                      .window = absl::Milliseconds(100),
+                      .warmup = absl::ZeroDuration()},
+                     {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("code 3"));
+}
+
+BenchRun SampleRun(const std::string& label, double scale) {
+  BenchRun run{.label = label,
+               .shape = "16x4096x4096:NT",
+               .mode = "ipc",
+               .flops_per_request = 5.4e8};
+  for (int c : {1, 4, 16}) {
+    LevelResult l;
+    l.concurrency = c;
+    l.windows = 3;
+    l.stable = true;
+    l.requests = 1000 * c;
+    l.requests_per_second = scale * 1000 * c;
+    l.latency_p50 = 1e-4 * c;
+    l.latency_p99 = 2e-4 * c;
+    l.mean_batch_size = c / 2.0;
+    run.levels.push_back(l);
+  }
+  return run;
+}
+
+TEST(BenchReportTest, JsonRoundTripsAndCsvHasARowPerLevel) {
+  const BenchRun run = SampleRun("batching on", 1.0);
+  absl::StatusOr<BenchRun> back = FromJson(ToJson(run));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->label, "batching on");
+  ASSERT_EQ(back->levels.size(), 3u);
+  EXPECT_EQ(back->levels[2].concurrency, 16);
+  EXPECT_DOUBLE_EQ(back->levels[2].latency_p99, run.levels[2].latency_p99);
+  EXPECT_DOUBLE_EQ(back->levels[1].mean_batch_size, 2.0);
+  const std::string csv = ToCsv(run);
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4);
+  EXPECT_THAT(csv, HasSubstr("latency_p99_s"));
+  EXPECT_THAT(FormatTable(run), HasSubstr("batching on"));
+  EXPECT_EQ(FromJson("{\"label\": 1}").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FromJson("not json").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(BenchReportTest, PlotWritesAPng) {
+  const std::string path = ::testing::TempDir() + "/bench_chart.png";
+  ASSERT_TRUE(
+      PlotRuns({SampleRun("off", 0.25), SampleRun("on", 1.0)}, path).ok());
+  std::ifstream in(path, std::ios::binary);
+  std::string head(8, '\0');
+  in.read(head.data(), 8);
+  EXPECT_EQ(head, "\x89PNG\r\n\x1a\n");
+  EXPECT_FALSE(PlotRuns({}, path).ok());
+}
+
+}  // namespace
+}  // namespace matmul::bench
