@@ -7,8 +7,13 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/regions/cuda_ipc_region.h"
 
 namespace matmul {
@@ -29,16 +34,53 @@ class Fd {
   const int fd_;
 };
 
-// The imported allocation, mapped at a reserved address range; undone in
-// reverse order.
+// "fd 7" for one allocation, "chunk 2 of 5 (fd 9)" otherwise: the words of
+// every message about one descriptor.
+std::string DescribeFd(const CudaVmmLayout& layout, size_t i) {
+  if (layout.one_allocation) return absl::StrCat("fd ", layout.chunk_fds[i]);
+  return absl::StrCat("chunk ", i, " of ", layout.chunk_fds.size(), " (fd ",
+                      layout.chunk_fds[i], ")");
+}
+
+// What to do about a pidfd_getfd failure, as the end of its message.
+const char* PidfdGetfdHint(int error) {
+  switch (error) {
+    case EPERM:
+      return ". The kernel applies ptrace rules: run the daemon as the "
+             "client's user with kernel.yama.ptrace_scope <= 1 and the "
+             "client calling prctl(PR_SET_PTRACER, <daemon pid>) (or "
+             "PR_SET_PTRACER_ANY), or give the daemon CAP_SYS_PTRACE "
+             "(docker run --cap-add=SYS_PTRACE); in containers also share "
+             "the PID namespace (--pid=host or --pid=container:X)";
+    case EBADF:
+      return ". No such descriptor is open in that process: was the memory "
+             "freed (and its fd closed) before it was registered?";
+    default:
+      return "";
+  }
+}
+
+// The imported chunks, mapped back to back in one reserved address range.
+// Everything acquired is undone in reverse order, also after a failure
+// half-way through set-up.
 class CudaVmmRegion final : public Region {
  public:
-  CudaVmmRegion(const CudaDriverApi& driver, int64_t size)
-      : driver_(driver), size_(size) {}
+  CudaVmmRegion(const CudaDriverApi& driver, const CudaVmmLayout& layout)
+      : driver_(driver),
+        chunk_bytes_(layout.chunk_bytes),
+        size_(static_cast<int64_t>(layout.size_bytes)) {
+    // Reserved up front so that recording an imported handle cannot throw
+    // and leak it.
+    handles_.reserve(layout.chunk_fds.size());
+  }
   ~CudaVmmRegion() override {
-    if (mapped_) driver_.mem_unmap(address_, size_);
-    if (address_ != 0) driver_.mem_address_free(address_, size_);
-    if (handle_ != 0) driver_.mem_release(handle_);
+    for (size_t i = mapped_; i > 0; --i) {
+      driver_.mem_unmap(address_ + (i - 1) * chunk_bytes_, chunk_bytes_);
+    }
+    if (address_ != 0) driver_.mem_address_free(address_, reserved_bytes_);
+    for (auto it = handles_.rbegin(); it != handles_.rend(); ++it) {
+      driver_.mem_release(*it);
+    }
   }
 
   std::string kind() const override { return "cuda_vmm"; }
@@ -51,97 +93,210 @@ class CudaVmmRegion final : public Region {
   // the address identifies this mapping only.
   Placement placement() const override { return {"cuda", address_}; }
 
-  absl::Status Map(int fd, int device) {
-    CUresult result = driver_.mem_import(
-        &handle_, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+  // Imports the allocation behind `fd` (this process's copy of the client's
+  // descriptor) as the next chunk. The fd may be closed afterwards: the
+  // imported handle keeps the allocation alive.
+  absl::Status Import(int fd, const std::string& what) {
+    CUmemGenericAllocationHandle handle = 0;
+    const CUresult result = driver_.mem_import(
+        &handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     if (result != CUDA_SUCCESS) {
-      handle_ = 0;
-      return Failed("cuMemImportFromShareableHandle", result);
+      return Failed(
+          absl::StrCat("cuMemImportFromShareableHandle of ", what,
+                       " (is it a cuMemCreate allocation exported as a POSIX "
+                       "fd, on this daemon's GPU?)"),
+          result);
     }
-    result = driver_.mem_address_reserve(&address_, size_, 0, 0, 0);
+    handles_.push_back(handle);
+    return absl::OkStatus();
+  }
+
+  // Reserves one range for every imported chunk, maps chunk i at byte
+  // i * chunk_bytes and lets `device` read and write all of it.
+  absl::Status Map(int device) {
+    reserved_bytes_ = handles_.size() * chunk_bytes_;
+    CUresult result =
+        driver_.mem_address_reserve(&address_, reserved_bytes_, 0, 0, 0);
     if (result != CUDA_SUCCESS) {
       address_ = 0;
-      return Failed("cuMemAddressReserve", result);
+      return Failed(
+          absl::StrCat("cuMemAddressReserve of ", reserved_bytes_, " bytes"),
+          result);
     }
-    result = driver_.mem_map(address_, size_, 0, handle_, 0);
-    if (result != CUDA_SUCCESS) {
-      return Failed("cuMemMap (is size_bytes the allocation's size?)", result);
+    for (size_t i = 0; i < handles_.size(); ++i) {
+      result = driver_.mem_map(address_ + i * chunk_bytes_, chunk_bytes_, 0,
+                               handles_[i], 0);
+      if (result != CUDA_SUCCESS) {
+        return Failed(absl::StrCat("cuMemMap of chunk ", i, " of ",
+                                   handles_.size(), " (", chunk_bytes_,
+                                   " bytes: is that the allocation's size?)"),
+                      result);
+      }
+      ++mapped_;
     }
-    mapped_ = true;
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     access.location.id = device;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    result = driver_.mem_set_access(address_, size_, &access, 1);
+    result = driver_.mem_set_access(address_, reserved_bytes_, &access, 1);
     if (result != CUDA_SUCCESS) return Failed("cuMemSetAccess", result);
     return absl::OkStatus();
   }
 
  private:
-  absl::Status Failed(const char* call, CUresult result) const {
+  absl::Status Failed(const std::string& call, CUresult result) const {
     return absl::FailedPreconditionError(absl::StrCat(
         "cuda_vmm region: ", call, ": ", driver_.ErrorText(result)));
   }
 
   const CudaDriverApi& driver_;
+  const uint64_t chunk_bytes_;
   const int64_t size_;
-  CUmemGenericAllocationHandle handle_ = 0;
+  std::vector<CUmemGenericAllocationHandle> handles_;  // imported, in order
   CUdeviceptr address_ = 0;
-  bool mapped_ = false;
+  uint64_t reserved_bytes_ = 0;
+  size_t mapped_ = 0;  // chunks 0 .. mapped_ - 1 are mapped
 };
+
+// Every chunk is one allocation, and cuMemCreate sizes are multiples of the
+// granularity: anything else cannot be what the client exported.
+absl::Status CheckGranularity(const CudaVmmLayout& layout, int device,
+                              const CudaDriverApi& driver) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  size_t granularity = 0;
+  const CUresult result = driver.mem_get_granularity(
+      &granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (result != CUDA_SUCCESS) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cuda_vmm region: cuMemGetAllocationGranularity(device ",
+                     device, "): ", driver.ErrorText(result)));
+  }
+  if (granularity != 0 && layout.chunk_bytes % granularity != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda_vmm ", layout.one_allocation ? "size_bytes " : "chunk_bytes ",
+        layout.chunk_bytes, " is not a multiple of device ", device,
+        "'s allocation granularity of ", granularity,
+        " bytes (a cuMemCreate allocation's size always is)"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
+absl::StatusOr<CudaVmmLayout> ParseCudaVmmRegion(const v1::CudaVmmRegion& vmm) {
+  if (vmm.pid() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda_vmm region needs the client's pid (> 0); got ", vmm.pid()));
+  }
+  CudaVmmLayout layout;
+  layout.pid = vmm.pid();
+  layout.size_bytes = vmm.size_bytes();
+  if (vmm.chunk_fds().empty()) {
+    if (vmm.chunk_bytes() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda_vmm chunk_bytes (", vmm.chunk_bytes(),
+          ") needs chunk_fds; for one allocation send fd and size_bytes"));
+    }
+    if (vmm.fd() < 0 || vmm.size_bytes() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda_vmm region of one allocation needs fd >= 0 and size_bytes > "
+          "0; got fd ",
+          vmm.fd(), ", size_bytes ", vmm.size_bytes()));
+    }
+    layout.one_allocation = true;
+    layout.chunk_fds = {vmm.fd()};
+    layout.chunk_bytes = vmm.size_bytes();
+  } else {
+    // proto3 cannot tell an unset fd from fd 0, so 0 is the only value that
+    // does not contradict chunk_fds.
+    if (vmm.fd() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda_vmm region: set either fd (one allocation) or chunk_fds, not "
+          "both; got fd ",
+          vmm.fd(), " and ", vmm.chunk_fds_size(), " chunk_fds"));
+    }
+    if (vmm.chunk_fds_size() > kMaxCudaVmmChunks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cuda_vmm region has ", vmm.chunk_fds_size(), " chunk_fds; at most ",
+          kMaxCudaVmmChunks, " are accepted (use fewer, larger chunks)"));
+    }
+    for (int i = 0; i < vmm.chunk_fds_size(); ++i) {
+      if (vmm.chunk_fds(i) < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cuda_vmm chunk_fds[", i, "] is ", vmm.chunk_fds(i),
+                         "; expected a file descriptor >= 0"));
+      }
+    }
+    if (vmm.chunk_bytes() == 0) {
+      return absl::InvalidArgumentError(
+          "cuda_vmm chunk_fds need chunk_bytes > 0 (the size of each chunk's "
+          "allocation)");
+    }
+    layout.chunk_fds.assign(vmm.chunk_fds().begin(), vmm.chunk_fds().end());
+    layout.chunk_bytes = vmm.chunk_bytes();
+  }
+  const uint64_t chunks = layout.chunk_fds.size();
+  uint64_t total = 0;
+  if (__builtin_mul_overflow(chunks, layout.chunk_bytes, &total) ||
+      total > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda_vmm region of ", chunks, " chunk(s) of ",
+                     layout.chunk_bytes, " bytes overflows 63-bit sizes"));
+  }
+  // Every chunk must hold some of the region: one past the end would be
+  // imported and mapped for nothing, and says the sizes are confused.
+  if (layout.size_bytes == 0 || layout.size_bytes > total ||
+      layout.size_bytes <= total - layout.chunk_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda_vmm size_bytes ", layout.size_bytes, " does not match ", chunks,
+        " chunk(s) of ", layout.chunk_bytes, " bytes: expected more than ",
+        total - layout.chunk_bytes, " and at most ", total));
+  }
+  return layout;
+}
+
 absl::StatusOr<std::unique_ptr<Region>> OpenCudaVmmRegion(
     const v1::CudaVmmRegion& vmm, int device, const CudaDriverApi& driver) {
-  if (vmm.pid() <= 0 || vmm.fd() < 0 || vmm.size_bytes() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cuda_vmm region needs pid > 0, fd >= 0 and size_bytes > 0; got pid ",
-        vmm.pid(), ", fd ", vmm.fd(), ", size ", vmm.size_bytes()));
+  ASSIGN_OR_RETURN(const CudaVmmLayout layout, ParseCudaVmmRegion(vmm));
+  RETURN_IF_ERROR(
+      CheckRegionDevice(device, vmm.device_ordinal(), vmm.device_uuid()));
+  if (cudaError_t error = cudaSetDevice(device); error != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cudaSetDevice(", device, "): ", cudaGetErrorString(error)));
   }
-  if (absl::Status status =
-          CheckRegionDevice(device, vmm.device_ordinal(), vmm.device_uuid());
-      !status.ok()) {
-    return status;
-  }
-  Fd process(static_cast<int>(syscall(SYS_pidfd_open, vmm.pid(), 0)));
+  RETURN_IF_ERROR(CheckGranularity(layout, device, driver));
+  Fd process(static_cast<int>(syscall(SYS_pidfd_open, layout.pid, 0)));
   if (process.get() < 0) {
     const int error = errno;
     if (error == ESRCH) {
       return absl::NotFoundError(absl::StrCat(
-          "no process ", vmm.pid(),
+          "no process ", layout.pid,
           " is visible to the daemon (another PID "
           "namespace? run the daemon's container with --pid=host or share "
           "the client's with --pid=container:<client>)"));
     }
     return absl::FailedPreconditionError(
-        absl::StrCat("pidfd_open(", vmm.pid(), "): ", strerror(error)));
+        absl::StrCat("pidfd_open(", layout.pid, "): ", strerror(error)));
   }
-  Fd fd(static_cast<int>(syscall(SYS_pidfd_getfd, process.get(), vmm.fd(), 0)));
-  if (fd.get() < 0) {
-    const int error = errno;
-    return absl::FailedPreconditionError(absl::StrCat(
-        "pidfd_getfd(pid ", vmm.pid(), ", fd ", vmm.fd(),
-        "): ", strerror(error),
-        error == EPERM
-            ? ". The kernel applies ptrace rules: run the daemon as the "
-              "client's user with kernel.yama.ptrace_scope <= 1 and the "
-              "client calling prctl(PR_SET_PTRACER, <daemon pid>) (or "
-              "PR_SET_PTRACER_ANY), or give the daemon CAP_SYS_PTRACE "
-              "(docker run --cap-add=SYS_PTRACE); in containers also share "
-              "the PID namespace (--pid=host or --pid=container:X)"
-            : ""));
+  auto region = std::make_unique<CudaVmmRegion>(driver, layout);
+  for (size_t i = 0; i < layout.chunk_fds.size(); ++i) {
+    Fd fd(static_cast<int>(
+        syscall(SYS_pidfd_getfd, process.get(), layout.chunk_fds[i], 0)));
+    if (fd.get() < 0) {
+      const int error = errno;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pidfd_getfd(pid ", layout.pid, ", ", DescribeFd(layout, i),
+          "): ", strerror(error), PidfdGetfdHint(error)));
+    }
+    // `region` releases the chunks imported so far if this one fails.
+    RETURN_IF_ERROR(region->Import(fd.get(), DescribeFd(layout, i)));
   }
-  if (cudaError_t error = cudaSetDevice(device); error != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cudaSetDevice(", device, "): ", cudaGetErrorString(error)));
-  }
-  auto region = std::make_unique<CudaVmmRegion>(
-      driver, static_cast<int64_t>(vmm.size_bytes()));
-  if (absl::Status status = region->Map(fd.get(), device); !status.ok()) {
-    return status;
-  }
+  RETURN_IF_ERROR(region->Map(device));
   return std::unique_ptr<Region>(std::move(region));
 }
 

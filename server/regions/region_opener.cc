@@ -96,6 +96,11 @@ absl::StatusOr<std::unique_ptr<Region>> RegionOpener::Open(
       if (absl::Status ready = CudaReady(); !ready.ok()) return ready;
       return ipc_->Open(request.cuda_ipc());
     case v1::RegisterRegionRequest::kCudaVmm:
+      // Like a cuda_ipc handle's length: malformed whatever the backend.
+      if (absl::Status shape = ParseCudaVmmRegion(request.cuda_vmm()).status();
+          !shape.ok()) {
+        return shape;
+      }
       if (absl::Status ready = CudaReady(); !ready.ok()) return ready;
       return OpenCudaVmmRegion(request.cuda_vmm(), options_.cuda_device,
                                *driver_);
