@@ -5,8 +5,10 @@
 
 CPU tensors reach the daemon through a POSIX shared-memory region of this
 process's session (copied in once per call, or not at all when they were
-made with Client.shared_tensor); CUDA tensors by their storage's CUDA IPC
-handle plus byte offset, read and written in place by the daemon's GPU.
+made with Client.shared_tensor); CUDA tensors by their storage's memory
+plus byte offset (a cudaMalloc block's CUDA IPC handle, or the POSIX fds of
+the expandable-segment chunks that hold it), read and written in place by
+the daemon's GPU.
 torch is imported only when a torch tensor is passed, so the package also
 works without it (HostTensor: raw BF16 / FP32 bytes).
 """

@@ -12,6 +12,7 @@ import grpc
 
 from ._proto import matmul_pb2 as pb
 from ._proto import matmul_pb2_grpc as pb_grpc
+from ._share_handles import ExpandableSegmentHandle, parse_share_handle
 
 BF16 = pb.DTYPE_BF16
 FP32 = pb.DTYPE_FP32
@@ -257,25 +258,53 @@ def _output_shape(a, b, transpose_a, transpose_b):
     return (m, n)
 
 
-_CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
+# prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY): <linux/prctl.h>.
+_PR_SET_PTRACER = 0x59616D61
+_PR_SET_PTRACER_ANY = ctypes.c_ulong(-1).value
+_ptracer_set = False
 
 
-def _cuda_ipc_mem_handle(handle):
-    """The cudaIpcMemHandle_t inside what _share_cuda_ returns: older torch
-    gives the bare 64 bytes; newer torch a versioned handle, [version byte]
-    [type byte][payload], with type 'c' (cudaMalloc block, the 64-byte
-    handle follows) or 'e' (an expandable segment: VMM memory, which no
-    legacy IPC handle covers)."""
-    if len(handle) == _CUDA_IPC_HANDLE_BYTES:
-        return handle
-    if len(handle) >= 2 + _CUDA_IPC_HANDLE_BYTES and handle[1] == ord("c"):
-        return handle[2:2 + _CUDA_IPC_HANDLE_BYTES]
-    if len(handle) >= 2 and handle[1] == ord("e"):
-        raise NotImplementedError(
-            "this tensor lives in an expandable segment "
-            "(PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), which needs "
-            "a cuda_vmm region; the Python client does not export those yet")
-    raise ValueError(f"unrecognised CUDA IPC handle of {len(handle)} bytes")
+def _let_the_daemon_take_fds():
+    """The daemon copies the fds of a cuda_vmm region out of this process
+    with pidfd_getfd, which the kernel allows only to a process that may
+    ptrace this one; under Yama's ptrace_scope 1 (Ubuntu's default) that
+    takes this process's consent. Like the C++ client (CudaMemory), give it
+    to any process of this user, once, before the first cuda_vmm region.
+    Where Yama is absent the call fails harmlessly."""
+    global _ptracer_set
+    if _ptracer_set:
+        return
+    _ptracer_set = True
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(ctypes.c_int(_PR_SET_PTRACER),
+                   ctypes.c_ulong(_PR_SET_PTRACER_ANY), ctypes.c_ulong(0),
+                   ctypes.c_ulong(0), ctypes.c_ulong(0))
+    except (OSError, AttributeError):
+        pass
+
+
+def _freed_bytes(device):
+    """Bytes torch's caching allocator has given back to the driver on
+    `device` so far (cudaFree of blocks, unmapping of expandable-segment
+    chunks), or None when torch does not say."""
+    import torch
+    try:
+        stats = torch.cuda.memory_stats_as_nested_dict(device)
+        return stats["reserved_bytes"]["all"]["freed"]
+    except (AttributeError, KeyError, RuntimeError, TypeError):
+        return None
+
+
+def _device_uuid(device):
+    """"GPU-..." of a torch device index; empty when torch cannot say (the
+    daemon then checks the ordinal only)."""
+    import torch
+    try:
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+    except (AttributeError, RuntimeError):
+        return ""
+    return uuid if uuid.startswith("GPU-") else "GPU-" + uuid
 
 
 def _align(offset):
@@ -292,7 +321,11 @@ class Client:
     ends, also when this process is killed. Host operands are copied into a
     scratch shm region (registered once, grown when needed); tensors made by
     shared_tensor / shared_buffer are used in place. CUDA tensors are
-    registered once per (device, IPC handle) and referenced by offset.
+    referenced by offset in their memory, registered once: a cudaMalloc
+    block by its IPC handle (cuda_ipc), the expandable-segment chunks that
+    hold a storage by their POSIX fds (cuda_vmm). Those registrations are
+    forgotten (and unregistered) when torch gives memory of their device
+    back to the driver (empty_cache, or an allocation retried after OOM).
     Thread-safe; host-path products of one client run one at a time (they
     share the scratch region)."""
 
@@ -314,9 +347,13 @@ class Client:
         self._session_id = None
         self._scratch = None  # (_SharedSegment, region id)
         self._shared = []  # [(_SharedSegment, region id)] of shared_*()
-        self._cuda_regions = {}  # (device, handle) -> (region id, size)
-        # storage address -> (region id, offset in block, region size)
+        # ("ipc", device, cudaIpcMemHandle) or ("vmm", device, pid,
+        # chunk bytes, fds) -> (region id, size, device)
+        self._cuda_regions = {}
+        # storage address -> (region id, storage's offset in the region,
+        # region size, device)
         self._cuda_storages = {}
+        self._cuda_freed = {}  # device -> _freed_bytes at the last product
         self._closed = False
 
     # -- session and regions --
@@ -455,27 +492,42 @@ class Client:
     # -- CUDA --
 
     def _cuda_ref(self, operand):
-        """(region id, offset) of a CUDA tensor: its storage's cudaMalloc
-        block as a cuda_ipc region (registered once per block), plus the
-        tensor's byte offset in the block."""
+        """(region id, offset) of a CUDA tensor: the memory behind its
+        storage as a region (registered once, then cached), plus the
+        tensor's byte offset in it. A cudaMalloc block becomes a cuda_ipc
+        region; the chunks of an expandable segment that hold the storage
+        (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) a cuda_vmm
+        region that maps them back to back."""
         t = operand.value
         storage = t.untyped_storage()
         tensor_offset = t.storage_offset() * t.element_size()
         # Storages are looked up by address first: sharing a storage has a
-        # cost (an IPC event, a ref-counter slot), and a block stays the
-        # same block until torch.cuda.empty_cache() frees it.
+        # cost (an IPC event, a ref-counter slot), and the memory at an
+        # address stays the same until torch gives it back to the driver
+        # (which _drop_stale_cuda_regions notices).
         cached = self._cuda_storages.get(storage.data_ptr())
         if cached is not None and cached[1] + storage.nbytes() <= cached[2]:
             return cached[0], cached[1] + tensor_offset
-        region_id, block_offset, region_bytes = self._share_storage(storage)
-        self._cuda_storages[storage.data_ptr()] = (region_id, block_offset,
-                                                   region_bytes)
-        return region_id, block_offset + tensor_offset
+        device = t.get_device()
+        region_id, storage_offset, region_bytes = self._share_storage(
+            storage, device)
+        self._cuda_storages[storage.data_ptr()] = (
+            region_id, storage_offset, region_bytes, device)
+        return region_id, storage_offset + tensor_offset
 
-    def _share_storage(self, storage):
+    def _share_storage(self, storage, device):
+        """(region id, storage's offset in it, region size)."""
         import torch
-        shared = storage._share_cuda_()
-        device, handle, storage_bytes, block_offset = shared[:4]
+        try:
+            shared = storage._share_cuda_()
+        except RuntimeError as error:
+            if "expandable_segments" not in str(error):
+                raise
+            raise RuntimeError(
+                f"torch cannot export this tensor's expandable-segment "
+                f"memory ({error}); torch 2.5 or later can, or allocate the "
+                "tensors you send with expandable_segments:False") from None
+        _, handle, storage_bytes, storage_offset = shared[:4]
         # _share_cuda_ put the storage behind torch's cross-process ref
         # count and set the count to 1 for a torch consumer to drop; the
         # daemon is none, so drop it here, or freed storages would wait in
@@ -484,35 +536,79 @@ class Client:
                           None)
         if release is not None and shared[4]:
             release(shared[4], shared[5])
-        ipc_handle = _cuda_ipc_mem_handle(bytes(handle))
-        needed = block_offset + storage_bytes
-        key = (device, ipc_handle)
+        memory = parse_share_handle(handle)
+        needed = storage_offset + storage_bytes
+        if isinstance(memory, ExpandableSegmentHandle):
+            if needed > memory.size_bytes:
+                raise ValueError(
+                    f"torch shared {len(memory.fds)} chunk(s) of "
+                    f"{memory.chunk_bytes} bytes for a storage that ends at "
+                    f"byte {needed} of them")
+            # Keyed by what the handle means, not its bytes (their padding
+            # is not reliably zeroed). An fd number names one chunk only
+            # while torch keeps it mapped; _drop_stale_cuda_regions forgets
+            # these regions once torch unmaps anything.
+            key = ("vmm", device, memory.pid, memory.chunk_bytes, memory.fds)
+            cached = self._cuda_regions.get(key)
+            if cached is None:
+                _let_the_daemon_take_fds()
+                response = self.register_region(pb.RegisterRegionRequest(
+                    cuda_vmm=pb.CudaVmmRegion(
+                        pid=memory.pid, chunk_fds=memory.fds,
+                        chunk_bytes=memory.chunk_bytes,
+                        size_bytes=memory.size_bytes, device_ordinal=device,
+                        device_uuid=_device_uuid(device))))
+                # The whole chunks: other storages in them reuse the region.
+                cached = (response.region_id, memory.size_bytes, device)
+                self._cuda_regions[key] = cached
+            return cached[0], storage_offset, cached[1]
+        key = ("ipc", device, memory.handle)
         cached = self._cuda_regions.get(key)
         if cached is None or cached[1] < needed:
-            uuid = ""
-            try:
-                uuid = str(torch.cuda.get_device_properties(device).uuid)
-                if not uuid.startswith("GPU-"):
-                    uuid = "GPU-" + uuid
-            except (AttributeError, RuntimeError):
-                pass  # older torch: the daemon checks the ordinal only
             response = self.register_region(pb.RegisterRegionRequest(
-                cuda_ipc=pb.CudaIpcRegion(handle=ipc_handle,
+                cuda_ipc=pb.CudaIpcRegion(handle=memory.handle,
                                           device_ordinal=device,
-                                          device_uuid=uuid,
+                                          device_uuid=_device_uuid(device),
                                           size_bytes=needed)))
-            cached = (response.region_id, needed)
+            if cached is not None:  # outgrown: the larger one replaces it
+                self._forget_cuda_regions(lambda entry: entry is cached)
+            cached = (response.region_id, needed, device)
             self._cuda_regions[key] = cached
-        return cached[0], block_offset, cached[1]
+        return cached[0], storage_offset, cached[1]
+
+    def _forget_cuda_regions(self, which):
+        """Unregisters the cached CUDA regions for which which(entry) holds
+        (entry: (region id, size, device)) and the storages that use them."""
+        gone = {key: entry for key, entry in self._cuda_regions.items()
+                if which(entry)}
+        ids = {entry[0] for entry in gone.values()}
+        for key in gone:
+            del self._cuda_regions[key]
+        self._cuda_storages = {ptr: entry for ptr, entry
+                               in self._cuda_storages.items()
+                               if entry[0] not in ids}
+        for region_id in ids:
+            self.unregister_region(region_id)
+
+    def _drop_stale_cuda_regions(self, device):
+        """Forgets the cached regions of `device` when torch has given
+        memory back to the driver since the last look: the address of a
+        cached storage, or the fd number of a cached expandable-segment
+        chunk, may now stand for new memory, while the daemon's region
+        still maps the old (and keeps it allocated)."""
+        freed = _freed_bytes(device)
+        if freed is None:
+            return
+        last = self._cuda_freed.get(device)
+        self._cuda_freed[device] = freed
+        if last is not None and freed != last:
+            self._forget_cuda_regions(lambda entry: entry[2] == device)
 
     def release_cuda_regions(self):
-        """Unregisters every cached CUDA IPC region (e.g. after
-        torch.cuda.empty_cache(), which frees the blocks behind them)."""
+        """Unregisters every cached CUDA region (cuda_ipc and cuda_vmm); the
+        next product registers what it needs again."""
         with self._lock:
-            regions, self._cuda_regions = self._cuda_regions, {}
-            self._cuda_storages = {}
-            for region_id, _ in regions.values():
-                self.unregister_region(region_id)
+            self._forget_cuda_regions(lambda entry: True)
 
     # -- products --
 
@@ -559,6 +655,9 @@ class Client:
                              "host tensors")
         with self._lock:
             request.session_id = self.session_id
+            for device in {op.value.get_device() for op in (a_op, b_op,
+                                                            out_op)}:
+                self._drop_stale_cuda_regions(device)
             for operand, field in ((a_op, request.a), (b_op, request.b),
                                    (out_op, request.c)):
                 field.CopyFrom(operand.tensor(*self._cuda_ref(operand)))
@@ -646,6 +745,7 @@ class Client:
                 segments.append(self._scratch[0])
             self._shared, self._scratch = [], None
             self._cuda_regions, self._cuda_storages = {}, {}
+            self._cuda_freed = {}
             if self._session_call is not None:
                 self._session_call.cancel()
             for segment in segments:

@@ -1,7 +1,8 @@
 """matmul_client against a real matmul-server (CPU backend) on a temporary
 unix socket, without torch: HostTensor operands through the scratch shm
-region and through shared buffers (zero copy), errors, sessions, and the
-CUDA handle parsing that runs without a GPU.
+region and through shared buffers (zero copy), errors, sessions, and CUDA
+region requests refused by a daemon without a GPU (test_cuda_regions.py has
+the CUDA parts that need no daemon).
 
     MATMUL_SERVER=build/server/matmul-server python3 -m unittest \\
         discover -s client/python/tests
@@ -199,15 +200,28 @@ class MatmulClientTest(unittest.TestCase):
         self.assertEqual(caught.exception.code,
                          grpc.StatusCode.FAILED_PRECONDITION)
 
-    def test_torch_handle_formats(self):
-        raw = bytes(range(64))
-        self.assertEqual(_client._cuda_ipc_mem_handle(raw), raw)
-        self.assertEqual(_client._cuda_ipc_mem_handle(b"\x02c" + raw), raw)
-        self.assertEqual(_client._cuda_ipc_mem_handle(b"\x03c" + raw), raw)
-        with self.assertRaises(NotImplementedError):
-            _client._cuda_ipc_mem_handle(b"\x02e" + b"\x00" * 40)
-        with self.assertRaises(ValueError):
-            _client._cuda_ipc_mem_handle(b"\x00" * 10)
+    def test_cuda_vmm_regions_are_checked_then_refused_by_a_cpu_daemon(self):
+        def vmm(**fields):
+            return _client.pb.RegisterRegionRequest(
+                cuda_vmm=_client.pb.CudaVmmRegion(pid=os.getpid(), **fields))
+        # Malformed whatever the backend: INVALID_ARGUMENT, saying why.
+        with self.assertRaises(MatmulError) as caught:
+            self.client.register_region(vmm(chunk_fds=[3, 4],
+                                            chunk_bytes=2 << 20,
+                                            size_bytes=5 << 20))
+        self.assertEqual(caught.exception.code,
+                         grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("expected more than 2097152 and at most 4194304",
+                      caught.exception.details)
+        # Well-formed (what the client sends for an expandable segment):
+        # this daemon has no GPU.
+        with self.assertRaises(MatmulError) as caught:
+            self.client.register_region(vmm(chunk_fds=[3, 4],
+                                            chunk_bytes=2 << 20,
+                                            size_bytes=4 << 20))
+        self.assertEqual(caught.exception.code,
+                         grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("CUDA backend", caught.exception.details)
 
     def test_closing_ends_the_session(self):
         client = matmul_client.Client(self.target)
