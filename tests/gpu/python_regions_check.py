@@ -4,11 +4,17 @@ Run by tests/gpu/steps/python_regions.sh against `matmul-server
 --backend=cuda` (first argument: its target). Checks, each against
 torch.matmul in FP32 on the same inputs (relative norm error < 1e-2):
 CUDA tensors by IPC handle (NN, NT, batched, out= with beta), CPU tensors
-through shared memory (registered with CUDA by the daemon), the
-expandable-segments allocator in a child process, and that a bogus IPC
-handle is refused with FAILED_PRECONDITION while the daemon keeps serving,
-and a cuMemCreate allocation registered as a cuda_vmm region (pidfd_getfd).
-Prints one line per case and exits non-zero if any failed.
+through shared memory (registered with CUDA by the daemon), that a bogus
+IPC handle is refused with FAILED_PRECONDITION while the daemon keeps
+serving, cuMemCreate allocations registered as cuda_vmm regions
+(pidfd_getfd) in both forms (one allocation; three chunks mapped back to
+back, operands across the chunk boundaries), and PyTorch's
+expandable-segments allocator in a child process started with
+PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (this script again, with
+--expandable-segments: tensors over several chunks, strided views at
+offsets, out= with beta, only cuda_vmm regions and those cached, new memory
+after empty_cache). Prints one line per case and exits non-zero if any
+failed.
 """
 import ctypes
 import os
@@ -56,10 +62,13 @@ class _AccessDesc(ctypes.Structure):  # CUmemAccessDesc
     _fields_ = [("location", _Location), ("flags", ctypes.c_int)]
 
 
-def vmm_case(client):
-    """A cuMemCreate allocation exported as a POSIX fd (what cudaMallocAsync
+def vmm_case(client, chunks):
+    """cuMemCreate allocations exported as POSIX fds (what cudaMallocAsync
     pools and expandable segments use), registered as a cuda_vmm region;
-    A, B and C live in it and C is written in place."""
+    A, B and C live in it and C is written in place. chunks=1 sends the
+    one-allocation form (fd, size_bytes); more sends chunk_fds, mapped back
+    to back by the daemon as by this process, with A and B straddling chunk
+    boundaries."""
     cu = ctypes.CDLL("libcuda.so.1")
 
     def ok(result, what):
@@ -74,26 +83,42 @@ def vmm_case(client):
     granularity = ctypes.c_size_t()
     ok(cu.cuMemGetAllocationGranularity(ctypes.byref(granularity),
                                         ctypes.byref(prop), 0), "granularity")
+    g = granularity.value
     m, n, k = 384, 320, 256
     sizes = [m * k * 2, n * k * 2, m * n * 2]
-    offsets = [0, 1 << 20, 2 << 20]
-    size = -(-(3 << 20) // granularity.value) * granularity.value
-    handle = ctypes.c_ulonglong()
-    ok(cu.cuMemCreate(ctypes.byref(handle), ctypes.c_size_t(size),
-                      ctypes.byref(prop), ctypes.c_ulonglong(0)), "cuMemCreate")
+    if chunks == 1:
+        chunk = -(-(3 << 20) // g) * g
+        offsets = [0, 1 << 20, 2 << 20]
+    else:
+        chunk = -(-(sizes[2] + (1 << 20)) // g) * g
+        # A across the first boundary, B across the second, C after B.
+        offsets = [chunk - sizes[0] // 2, 2 * chunk - sizes[1] // 2,
+                   2 * chunk + (512 << 10)]
+    size = chunks * chunk
+    handles = [ctypes.c_ulonglong() for _ in range(chunks)]
+    fds = [ctypes.c_int(-1) for _ in range(chunks)]
     address = ctypes.c_ulonglong()
-    ok(cu.cuMemAddressReserve(ctypes.byref(address), ctypes.c_size_t(size),
-                              ctypes.c_size_t(0), ctypes.c_ulonglong(0),
-                              ctypes.c_ulonglong(0)), "reserve")
-    ok(cu.cuMemMap(address, ctypes.c_size_t(size), ctypes.c_size_t(0), handle,
-                   ctypes.c_ulonglong(0)), "map")
-    access = _AccessDesc(_Location(1, torch.cuda.current_device()), 3)
-    ok(cu.cuMemSetAccess(address, ctypes.c_size_t(size), ctypes.byref(access),
-                         ctypes.c_size_t(1)), "access")
-    fd = ctypes.c_int(-1)
-    ok(cu.cuMemExportToShareableHandle(ctypes.byref(fd), handle, 1,
-                                       ctypes.c_ulonglong(0)), "export")
+    mapped = 0
     try:
+        ok(cu.cuMemAddressReserve(ctypes.byref(address), ctypes.c_size_t(size),
+                                  ctypes.c_size_t(0), ctypes.c_ulonglong(0),
+                                  ctypes.c_ulonglong(0)), "reserve")
+        for i in range(chunks):
+            ok(cu.cuMemCreate(ctypes.byref(handles[i]), ctypes.c_size_t(chunk),
+                              ctypes.byref(prop), ctypes.c_ulonglong(0)),
+               "cuMemCreate")
+            ok(cu.cuMemMap(ctypes.c_ulonglong(address.value + i * chunk),
+                           ctypes.c_size_t(chunk), ctypes.c_size_t(0),
+                           handles[i], ctypes.c_ulonglong(0)), "map")
+            mapped += 1
+            ok(cu.cuMemExportToShareableHandle(ctypes.byref(fds[i]),
+                                               handles[i], 1,
+                                               ctypes.c_ulonglong(0)),
+               "export")
+        access = _AccessDesc(_Location(1, torch.cuda.current_device()), 3)
+        ok(cu.cuMemSetAccess(address, ctypes.c_size_t(size),
+                             ctypes.byref(access), ctypes.c_size_t(1)),
+           "access")
         x, w = rand(m, k), rand(n, k)
         torch.cuda.synchronize()
         for tensor, offset in ((x, offsets[0]), (w, offsets[1])):
@@ -102,7 +127,11 @@ def vmm_case(client):
                                   ctypes.c_size_t(tensor.numel() * 2)), "copy in")
         request = matmul_pb2.RegisterRegionRequest()
         request.cuda_vmm.pid = os.getpid()
-        request.cuda_vmm.fd = fd.value
+        if chunks == 1:
+            request.cuda_vmm.fd = fds[0].value
+        else:
+            request.cuda_vmm.chunk_fds.extend(fd.value for fd in fds)
+            request.cuda_vmm.chunk_bytes = chunk
         request.cuda_vmm.size_bytes = size
         request.cuda_vmm.device_ordinal = torch.cuda.current_device()
         region = client.register_region(request).region_id
@@ -122,14 +151,22 @@ def vmm_case(client):
         ok(cu.cuMemcpyDtoD_v2(ctypes.c_ulonglong(out.data_ptr()),
                               ctypes.c_ulonglong(address.value + offsets[2]),
                               ctypes.c_size_t(sizes[2])), "copy out")
-        check(f"cuda vmm region, in place ({response.kernel})", out,
+        form = "one allocation" if chunks == 1 else f"{chunks} chunks"
+        check(f"cuda vmm region of {form}, in place ({response.kernel})", out,
               x.float() @ w.float().T)
         client.unregister_region(region)
     finally:
-        os.close(fd.value)
-        cu.cuMemUnmap(address, ctypes.c_size_t(size))
-        cu.cuMemAddressFree(address, ctypes.c_size_t(size))
-        cu.cuMemRelease(handle)
+        for fd in fds:
+            if fd.value >= 0:
+                os.close(fd.value)
+        for i in reversed(range(mapped)):
+            cu.cuMemUnmap(ctypes.c_ulonglong(address.value + i * chunk),
+                          ctypes.c_size_t(chunk))
+        if address.value:
+            cu.cuMemAddressFree(address, ctypes.c_size_t(size))
+        for handle in reversed(handles):
+            if handle.value:
+                cu.cuMemRelease(handle)
 
 
 def main():
@@ -165,34 +202,160 @@ def main():
             failures.append("bogus handle")
     check("still serving after the bogus handle",
           client.matmul(x, w, transpose_b=True), x.float() @ w.float().T)
-    try:
-        vmm_case(client)
-    except Exception as e:  # report, then go on with the other cases
-        print(f"FAIL cuda vmm region: {type(e).__name__}: {str(e)[:300]}")
-        failures.append("vmm")
+    for chunks in (1, 3):
+        try:
+            vmm_case(client, chunks)
+        except Exception as e:  # report, then go on with the other cases
+            print(f"FAIL cuda vmm region of {chunks} chunk(s): "
+                  f"{type(e).__name__}: {str(e)[:300]}")
+            failures.append(f"vmm {chunks}")
     client.close()
 
-    # The expandable-segments allocator hands out cuMemCreate memory.
+    # The expandable-segments allocator reads PYTORCH_CUDA_ALLOC_CONF when
+    # torch initialises CUDA, so its cases run in a fresh process whose
+    # environment has it from the start.
     env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
-    child = subprocess.run(
-        [sys.executable, "-c",
-         "import sys, torch, matmul_client\n"
-         "x = torch.randn(128, 256, device='cuda', dtype=torch.bfloat16)\n"
-         "w = torch.randn(64, 256, device='cuda', dtype=torch.bfloat16)\n"
-         f"y = matmul_client.matmul(x, w, transpose_b=True, target='{TARGET}')\n"
-         "r = (x.float() @ w.float().T)\n"
-         "e = ((y.float() - r).norm() / r.norm()).item()\n"
-         "print(f'relative error {e:.2e}'); sys.exit(0 if e < 1e-2 else 1)\n"],
-        env=env, capture_output=True, text=True, timeout=120)
-    tail = (child.stdout + child.stderr).strip().splitlines()[-1:] or [""]
-    print(f"{'PASS' if child.returncode == 0 else 'FAIL'} expandable "
-          f"segments: {tail[0][:200]}")
-    if child.returncode != 0:
+    try:
+        child = subprocess.run(
+            [sys.executable, os.path.abspath(__file__), TARGET,
+             "--expandable-segments"],
+            env=env, capture_output=True, text=True, timeout=150)
+        output, rc = child.stdout, child.returncode
+        if rc != 0 and child.stderr.strip():
+            output += "stderr: " + child.stderr.strip()[-1500:] + "\n"
+    except subprocess.TimeoutExpired as e:
+        output, rc = e.stdout or "", "timeout"  # bytes despite text=True
+        if isinstance(output, bytes):
+            output = output.decode(errors="replace")
+    for line in output.splitlines():
+        print(f"  {line}")
+    print(f"{'PASS' if rc == 0 else 'FAIL'} expandable segments (child "
+          f"process, exit {rc})")
+    if rc != 0:
         failures.append("expandable segments")
 
     print(f"python regions: {len(failures)} failed")
     return 1 if failures else 0
 
 
+def expandable_segments_main():
+    """The cases of PyTorch's expandable-segments allocator, run in a
+    process started with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True:
+    every CUDA tensor here lives in cuMemCreate chunks, which the client
+    must register as cuda_vmm regions (chunk fds), never as cuda_ipc."""
+    from matmul_client._share_handles import parse_share_handle
+    if "expandable_segments:True" not in os.environ.get(
+            "PYTORCH_CUDA_ALLOC_CONF", ""):
+        print("FAIL expandable: PYTORCH_CUDA_ALLOC_CONF lacks "
+              "expandable_segments:True")
+        return 1
+    torch.manual_seed(1)
+    client = matmul_client.Client(TARGET)
+    t = {}
+
+    def run(name, body):
+        try:
+            body()
+        except Exception as e:  # report, then go on with the other cases
+            print(f"FAIL {name}: {type(e).__name__}: {str(e)[:400]}")
+            failures.append(name)
+
+    def handle_format():
+        # What this torch hands out, for the log (and a check that the
+        # allocator really is the expandable-segments one).
+        w = t["w"] = rand(8192, 4096)  # 64 MiB: several 20-MiB chunks
+        shared = w.untyped_storage()._share_cuda_()
+        release = getattr(torch.UntypedStorage, "_release_ipc_counter_cuda",
+                          None)
+        if release is not None and shared[4]:
+            release(shared[4], shared[5])
+        memory = parse_share_handle(shared[1])
+        ok = hasattr(memory, "fds") and len(memory.fds) > 1
+        print(f"{'PASS' if ok else 'FAIL'} expandable: torch "
+              f"{torch.__version__} shares W ({w.nbytes} bytes) as handle "
+              f"version {shared[1][0]}: {memory!r:.200}, W at byte "
+              f"{shared[3]}")
+        if not ok:
+            failures.append("handle format")
+
+    def small():
+        x, w = rand(128, 256), rand(64, 256)
+        check("expandable: small NT", client.matmul(x, w, transpose_b=True),
+              x.float() @ w.float().T)
+
+    def several_chunks():
+        if "w" not in t:  # handle_format failed before making it
+            t["w"] = rand(8192, 4096)
+        t["x"] = rand(256, 4096)
+        x, w = t["x"], t["w"]
+        t["y"] = y = client.matmul(x, w, transpose_b=True)
+        check("expandable: x @ W.T, W over several chunks", y,
+              x.float() @ w.float().T)
+
+    def views():
+        x, w = t["x"], t["w"]
+        a, b = x[32:, 1024:3072], w[100:612, 512:2560]  # offsets, strides
+        check("expandable: strided views at storage offsets",
+              client.matmul(a, b, transpose_b=True), a.float() @ b.float().T)
+
+    def out_with_beta():
+        x, w = t["x"], t["w"]
+        out = rand(256, 8192)
+        want = 0.5 * (x.float() @ w.float().T) + out.float()
+        client.matmul(x, w, out=out, transpose_b=True, alpha=0.5, beta=1.0)
+        check("expandable: out= with beta, in place", out, want)
+
+    def batched():
+        a3, b3 = rand(4, 64, 96), rand(4, 96, 80)
+        check("expandable: batched", client.matmul(a3, b3),
+              a3.float() @ b3.float())
+
+    def regions_are_vmm_and_cached():
+        x, w, y = t["x"], t["w"], t["y"]
+        client.matmul(x, w, out=y, transpose_b=True)
+        regions = client.list_regions()
+        kinds = sorted({r.kind for r in regions})
+        largest = max(r.size_bytes for r in regions)
+        ok = kinds == ["cuda_vmm"] and largest >= w.nbytes
+        print(f"{'PASS' if ok else 'FAIL'} expandable: regions {kinds}, "
+              f"{len(regions)} of them, largest {largest} bytes (W: "
+              f"{w.nbytes})")
+        if not ok:
+            failures.append("region kinds")
+        client.matmul(x, w, out=y, transpose_b=True)
+        again = len(client.list_regions())
+        ok = again == len(regions)
+        print(f"{'PASS' if ok else 'FAIL'} expandable: the same product "
+              f"again registers nothing ({len(regions)} -> {again} regions)")
+        if not ok:
+            failures.append("region cache")
+
+    def after_empty_cache():
+        # torch unmaps the chunks and closes its fds; new tensors may get
+        # the same addresses and fd numbers for new memory, which the
+        # client must not take for the old regions.
+        t.clear()
+        torch.cuda.empty_cache()
+        x, w = rand(256, 4096), rand(8192, 4096)
+        check("expandable: new memory after empty_cache",
+              client.matmul(x, w, transpose_b=True), x.float() @ w.float().T)
+        print(f"INFO expandable: {len(client.list_regions())} regions after "
+              "empty_cache")
+
+    run("handle format", handle_format)
+    run("small", small)
+    run("several chunks", several_chunks)
+    if "y" in t:
+        run("views", views)
+        run("out with beta", out_with_beta)
+        run("regions", regions_are_vmm_and_cached)
+    run("batched", batched)
+    run("after empty_cache", after_empty_cache)
+    client.close()
+    print(f"expandable segments: {len(failures)} failed")
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(expandable_segments_main()
+             if sys.argv[2:] == ["--expandable-segments"] else main())
