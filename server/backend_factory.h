@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/gemm_backend.h"
@@ -13,6 +14,8 @@ namespace matmul {
 struct BackendOptions {
   std::string kind = "auto";  // auto | cpu | cuda
   int cuda_device = 0;
+  // Several GPUs: "all", or ordinals "0,1"; empty uses cuda_device alone.
+  std::string cuda_devices;
   std::string tuning_cache;  // JSON path for the CUDA selector; may be empty
   int cpu_threads = 0;   // OpenBLAS threads per product; 0: OpenBLAS decides
   int cuda_streams = 2;  // CUDA products in flight at once
@@ -20,6 +23,11 @@ struct BackendOptions {
 
 // auto: cuda when a CUDA device is present, else cpu.
 absl::StatusOr<std::unique_ptr<GemmBackend>> CreateBackend(
+    const BackendOptions& options);
+
+// One backend per device the daemon runs on: one per GPU named by
+// cuda_devices (or cuda_device) for CUDA, a single one for the CPU.
+absl::StatusOr<std::vector<std::unique_ptr<GemmBackend>>> CreateBackends(
     const BackendOptions& options);
 
 }  // namespace matmul

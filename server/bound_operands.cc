@@ -62,6 +62,14 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
   *span = Span{placement.object, begin,
                begin + static_cast<uint64_t>(checked.extent_bytes)};
   if (std::find(regions_.begin(), regions_.end(), region) == regions_.end()) {
+    const int device = region->cuda_device();
+    if (device >= 0 && cuda_device_ >= 0 && device != cuda_device_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(name, " is in a region on CUDA device ", device,
+                       " and another operand on device ", cuda_device_,
+                       "; one product runs on one GPU"));
+    }
+    if (device >= 0) cuda_device_ = device;
     regions_.push_back(region);
   }
   return static_cast<const char*>(base) + checked.offset_bytes;

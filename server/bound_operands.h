@@ -30,7 +30,7 @@ class BoundOperands {
   // memory. NOT_FOUND for an unknown session or region,
   // INVALID_ARGUMENT for an extent outside its region or an output that
   // overlaps an input, FAILED_PRECONDITION for a region the backend cannot
-  // address.
+  // address or regions on two different GPUs.
   static absl::StatusOr<std::unique_ptr<BoundOperands>> Bind(
       const MatmulPlan& plan, const v1::MatmulRequest& request,
       const RegionRegistry& registry, bool device_pointers);
@@ -44,6 +44,8 @@ class BoundOperands {
   // operands are staged, and those in GPU regions are copied device to
   // device.
   bool on_device() const { return on_device_; }
+  // The CUDA device of the operands' GPU regions; -1 when none is on one.
+  int cuda_device() const { return cuda_device_; }
   // Moves the inline result out (empty when the output is in a region).
   std::string TakeOutput() { return std::move(output_); }
 
@@ -71,6 +73,7 @@ class BoundOperands {
 
   GemmProblem problem_;
   bool on_device_ = false;
+  int cuda_device_ = -1;
   std::string output_;
   std::vector<uint32_t> a_copy_;
   std::vector<uint32_t> b_copy_;

@@ -28,6 +28,11 @@ ABSL_FLAG(std::string, backend, "auto",
           "auto | cpu | cuda. auto picks cuda when a GPU is present, else "
           "cpu (OpenBLAS).");
 ABSL_FLAG(int, cuda_device, 0, "CUDA device ordinal for --backend=cuda.");
+ABSL_FLAG(std::string, cuda_devices, "",
+          "Several GPUs in one daemon: \"all\" or ordinals \"0,1\" (each "
+          "gets its own workers; products run on the GPU that holds their "
+          "regions, inline ones on the least loaded). Overrides "
+          "--cuda_device.");
 ABSL_FLAG(std::string, tuning_cache, "",
           "JSON file where the CUDA backend keeps its per-shape kernel "
           "choices (empty: in memory only).");
@@ -127,6 +132,7 @@ int main(int argc, char** argv) {
   matmul::BackendOptions backend_options;
   backend_options.kind = absl::GetFlag(FLAGS_backend);
   backend_options.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  backend_options.cuda_devices = absl::GetFlag(FLAGS_cuda_devices);
   backend_options.tuning_cache = absl::GetFlag(FLAGS_tuning_cache);
   backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   // One CUDA stream per worker, so that workers never wait for each other.
@@ -137,11 +143,11 @@ int main(int argc, char** argv) {
     backend_options.cpu_threads =
         std::max(1, cores / std::max(1, absl::GetFlag(FLAGS_worker_threads)));
   }
-  absl::StatusOr<std::unique_ptr<matmul::GemmBackend>> backend =
-      matmul::CreateBackend(backend_options);
-  if (!backend.ok()) {
+  absl::StatusOr<std::vector<std::unique_ptr<matmul::GemmBackend>>> backends =
+      matmul::CreateBackends(backend_options);
+  if (!backends.ok()) {
     std::fprintf(stderr, "matmul-server: %s\n",
-                 backend.status().ToString().c_str());
+                 backends.status().ToString().c_str());
     return 1;
   }
 
@@ -164,7 +170,7 @@ int main(int argc, char** argv) {
   options.regions.max_bytes_per_session =
       absl::GetFlag(FLAGS_max_region_bytes_per_session);
   absl::StatusOr<std::unique_ptr<matmul::MatmulServer>> server =
-      matmul::MatmulServer::Create(options, *std::move(backend));
+      matmul::MatmulServer::Create(options, *std::move(backends));
   if (!server.ok()) {
     std::fprintf(stderr, "matmul-server: %s\n",
                  server.status().ToString().c_str());
@@ -177,10 +183,11 @@ int main(int argc, char** argv) {
                  (port > 0 ? " (port " + std::to_string(port) + ")" : "");
   }
   std::fprintf(stderr,
-               "matmul-server %s: backend %s, listening on %s, metrics on "
-               "%s\n",
+               "matmul-server %s: backend %s (%zu device%s), listening on %s, "
+               "metrics on %s\n",
                MATMUL_VERSION, (*server)->backend().name().c_str(),
-               listening.c_str(),
+               (*server)->lanes().size(),
+               (*server)->lanes().size() == 1 ? "" : "s", listening.c_str(),
                options.metrics_listen.empty()
                    ? "(disabled)"
                    : ("http://" + options.metrics_listen + "/metrics").c_str());

@@ -13,6 +13,17 @@ namespace matmul {
 
 absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     const ServerOptions& options, std::unique_ptr<GemmBackend> backend) {
+  std::vector<std::unique_ptr<GemmBackend>> backends;
+  backends.push_back(std::move(backend));
+  return Create(options, std::move(backends));
+}
+
+absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
+    const ServerOptions& options,
+    std::vector<std::unique_ptr<GemmBackend>> backends) {
+  if (backends.empty() || backends.front() == nullptr) {
+    return absl::InvalidArgumentError("no compute backend");
+  }
   if (options.listen.empty()) {
     return absl::InvalidArgumentError("no listen address; give --listen");
   }
@@ -28,35 +39,38 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
         absl::StrCat("--shm_prefix: ", prefix.message()));
   }
   std::unique_ptr<MatmulServer> server(new MatmulServer());
-  server->backend_ = std::move(backend);
   ASSIGN_OR_RETURN(
       server->metrics_,
       ServerMetrics::Create(options.metrics_listen, options.max_metric_shapes,
-                            server->backend_->name()));
-  server->runner_ =
-      std::make_unique<MatmulRunner>(*server->backend_, *server->metrics_);
-  MatmulRunner* runner = server->runner_.get();
-  ASSIGN_OR_RETURN(
-      server->executor_,
-      ProductExecutor::Create(
-          options.executor,
-          [runner](std::vector<std::unique_ptr<PendingProduct>> batch) {
-            runner->RunBatch(std::move(batch));
-          }));
-  ProductExecutor* executor = server->executor_.get();
-  server->metrics_->SetQueueDepthSource(
-      [executor] { return executor->queue_depth(); });
-  const int max_concurrent = options.executor.worker_threads *
-                                 options.executor.batching.max_batch_size +
-                             options.executor.batching.max_queue_size;
-  RegionOpenOptions region_options;
-  region_options.shm_prefix = options.shm_prefix;
-  region_options.cuda_device = server->backend_->cuda_device();
-  server->region_opener_ = std::make_unique<RegionOpener>(region_options);
+                            backends.front()->name()));
+  for (std::unique_ptr<GemmBackend>& backend : backends) {
+    DeviceLane lane;
+    lane.backend = std::move(backend);
+    RegionOpenOptions region_options;
+    region_options.shm_prefix = options.shm_prefix;
+    region_options.cuda_device = lane.backend->cuda_device();
+    lane.region_opener = std::make_unique<RegionOpener>(region_options);
+    lane.runner =
+        std::make_unique<MatmulRunner>(*lane.backend, *server->metrics_);
+    MatmulRunner* runner = lane.runner.get();
+    ASSIGN_OR_RETURN(
+        lane.executor,
+        ProductExecutor::Create(
+            options.executor,
+            [runner](std::vector<std::unique_ptr<PendingProduct>> batch) {
+              runner->RunBatch(std::move(batch));
+            }));
+    server->lanes_.push_back(std::move(lane));
+  }
+  MatmulServer* raw = server.get();
+  server->metrics_->SetQueueDepthSource([raw] { return raw->queue_depth(); });
+  const int max_concurrent = static_cast<int>(server->lanes_.size()) *
+                             (options.executor.worker_threads *
+                                  options.executor.batching.max_batch_size +
+                              options.executor.batching.max_queue_size);
   server->registry_ = std::make_unique<RegionRegistry>(options.regions);
   server->service_ = std::make_unique<MatmulServiceImpl>(
-      *server->backend_, *server->executor_, *server->metrics_,
-      *server->registry_, *server->region_opener_, options.limits,
+      server->lanes_, *server->metrics_, *server->registry_, options.limits,
       max_concurrent);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -88,6 +102,18 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   return server;
 }
 
+int MatmulServer::queue_depth() const {
+  int depth = 0;
+  for (const DeviceLane& lane : lanes_) depth += lane.executor->queue_depth();
+  return depth;
+}
+
+int MatmulServer::running() const {
+  int running = 0;
+  for (const DeviceLane& lane : lanes_) running += lane.executor->running();
+  return running;
+}
+
 MatmulServer::~MatmulServer() {
   Shutdown(absl::ZeroDuration());
   // The metrics endpoint outlives the executor it reads the depth from.
@@ -104,7 +130,7 @@ void MatmulServer::Shutdown(absl::Duration grace) {
     // running) until the deadline, then cancels what remains.
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   }
-  if (executor_ != nullptr) executor_->Shutdown();
+  for (DeviceLane& lane : lanes_) lane.executor->Shutdown();
   if (server_ != nullptr) server_->Wait();
 }
 

@@ -14,8 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kernels/gemm_backend.h"
-#include "server/executor.h"
-#include "server/matmul_runner.h"
+#include "server/device_lane.h"
 #include "server/matmul_service.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
@@ -36,6 +35,13 @@ struct ServerOptions {
 
 class MatmulServer {
  public:
+  // One lane per backend (a backend per GPU, or the CPU backend): each gets
+  // its own executor (options.executor) and region opener. Requests whose
+  // operands sit in a GPU's regions run on that GPU; the others go to the
+  // least loaded lane.
+  static absl::StatusOr<std::unique_ptr<MatmulServer>> Create(
+      const ServerOptions& options,
+      std::vector<std::unique_ptr<GemmBackend>> backends);
   static absl::StatusOr<std::unique_ptr<MatmulServer>> Create(
       const ServerOptions& options, std::unique_ptr<GemmBackend> backend);
   ~MatmulServer();  // Shutdown(absl::ZeroDuration())
@@ -51,23 +57,23 @@ class MatmulServer {
   // The TCP ports actually bound, in `listen` order (0 for unix sockets).
   const std::vector<int>& bound_ports() const { return bound_ports_; }
   ServerMetrics& metrics() { return *metrics_; }
-  const GemmBackend& backend() const { return *backend_; }
+  // The first lane's backend (every lane's has the same name).
+  const GemmBackend& backend() const { return *lanes_.front().backend; }
+  const std::vector<DeviceLane>& lanes() const { return lanes_; }
   const RegionRegistry& regions() const { return *registry_; }
-  // Requests accepted and waiting for a worker.
-  int queue_depth() const { return executor_->queue_depth(); }
-  // Requests whose product is running now.
-  int running() const { return executor_->running(); }
+  // Requests accepted and waiting for a worker, over all lanes.
+  int queue_depth() const;
+  // Requests whose product is running now, over all lanes.
+  int running() const;
 
  private:
   MatmulServer() = default;
 
-  std::unique_ptr<GemmBackend> backend_;
   std::unique_ptr<ServerMetrics> metrics_;
-  // Declared before the registry: regions it opened must go first.
-  std::unique_ptr<RegionOpener> region_opener_;
+  // Declared before the registry: regions the lanes' openers opened must
+  // go first.
+  std::vector<DeviceLane> lanes_;
   std::unique_ptr<RegionRegistry> registry_;
-  std::unique_ptr<MatmulRunner> runner_;
-  std::unique_ptr<ProductExecutor> executor_;
   std::unique_ptr<MatmulServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   std::vector<int> bound_ports_;

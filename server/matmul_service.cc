@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "kernels/gemm_batch.h"
 #include "server/matmul_stream_reactor.h"
+#include "server/regions/cuda_ipc_region.h"
 
 namespace matmul {
 
@@ -16,17 +17,56 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-MatmulServiceImpl::MatmulServiceImpl(
-    GemmBackend& backend, ProductExecutor& executor, ServerMetrics& metrics,
-    RegionRegistry& registry, RegionOpener& region_opener,
-    const ValidationLimits& limits, int max_concurrent_requests)
-    : backend_(backend),
-      executor_(executor),
+MatmulServiceImpl::MatmulServiceImpl(std::vector<DeviceLane>& lanes,
+                                     ServerMetrics& metrics,
+                                     RegionRegistry& registry,
+                                     const ValidationLimits& limits,
+                                     int max_concurrent_requests)
+    : lanes_(lanes),
       metrics_(metrics),
       registry_(registry),
-      region_opener_(region_opener),
       limits_(limits),
       max_concurrent_requests_(max_concurrent_requests) {}
+
+absl::StatusOr<DeviceLane*> MatmulServiceImpl::LaneFor(
+    const BoundOperands& operands) {
+  const int device = operands.cuda_device();
+  if (device >= 0) {
+    for (DeviceLane& lane : lanes_) {
+      if (lane.backend->cuda_device() == device) return &lane;
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("the operands' regions are on CUDA device ", device,
+                     ", which this daemon does not run on"));
+  }
+  DeviceLane* least = &lanes_.front();
+  for (DeviceLane& lane : lanes_) {
+    if (lane.load() < least->load()) least = &lane;
+  }
+  return least;
+}
+
+DeviceLane& MatmulServiceImpl::LaneFor(
+    const v1::RegisterRegionRequest& request) {
+  int32_t ordinal = 0;
+  std::string uuid;
+  if (request.has_cuda_ipc()) {
+    ordinal = request.cuda_ipc().device_ordinal();
+    uuid = request.cuda_ipc().device_uuid();
+  } else if (request.has_cuda_vmm()) {
+    ordinal = request.cuda_vmm().device_ordinal();
+    uuid = request.cuda_vmm().device_uuid();
+  } else {
+    return lanes_.front();
+  }
+  for (DeviceLane& lane : lanes_) {
+    const int device = lane.backend->cuda_device();
+    if (device >= 0 && CheckRegionDevice(device, ordinal, uuid).ok()) {
+      return lane;
+    }
+  }
+  return lanes_.front();
+}
 
 void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
                                const v1::MatmulRequest* request,
@@ -53,11 +93,16 @@ void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
   // Regions are looked up and bounds-checked now, before any queueing. On
   // a GPU backend region operands are bound as the device sees them; a
   // product with any inline operand is staged through device buffers.
-  absl::StatusOr<std::unique_ptr<BoundOperands>> operands =
-      BoundOperands::Bind(*plan, *request, registry_,
-                          /*device_pointers=*/backend_.cuda_device() >= 0);
+  absl::StatusOr<std::unique_ptr<BoundOperands>> operands = BoundOperands::Bind(
+      *plan, *request, registry_,
+      /*device_pointers=*/lanes_.front().backend->cuda_device() >= 0);
   if (!operands.ok()) {
     finish(operands.status());
+    return;
+  }
+  absl::StatusOr<DeviceLane*> lane = LaneFor(**operands);
+  if (!lane.ok()) {
+    finish(lane.status());
     return;
   }
   auto product = std::make_unique<PendingProduct>();
@@ -72,7 +117,7 @@ void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
   product->accepted = accepted;
   product->finish = std::move(finish);
   // Submit moves from `product` only when it accepts it.
-  if (absl::Status refusal = executor_.Submit(key, std::move(product));
+  if (absl::Status refusal = (*lane)->executor->Submit(key, std::move(product));
       !refusal.ok()) {
     std::move(product->finish)(std::move(refusal));
   }
@@ -121,7 +166,7 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::RegisterRegion(
     v1::RegisterRegionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<std::unique_ptr<Region>> region =
-      region_opener_.Open(*request);
+      LaneFor(*request).region_opener->Open(*request);
   if (!region.ok()) {
     reactor->Finish(ToGrpcStatus(region.status()));
     return reactor;
@@ -173,13 +218,15 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::GetServerInfo(
     const v1::GetServerInfoRequest* /*request*/,
     v1::GetServerInfoResponse* response) {
   response->set_version(MATMUL_VERSION);
-  response->set_backend(backend_.name());
-  for (const DeviceInfo& info : backend_.devices()) {
-    v1::Device* device = response->add_devices();
-    device->set_name(info.name);
-    device->set_compute_capability(info.compute_capability);
-    device->set_memory_bytes(info.memory_bytes);
-    device->set_multiprocessors(info.multiprocessors);
+  response->set_backend(lanes_.front().backend->name());
+  for (const DeviceLane& lane : lanes_) {
+    for (const DeviceInfo& info : lane.backend->devices()) {
+      v1::Device* device = response->add_devices();
+      device->set_name(info.name);
+      device->set_compute_capability(info.compute_capability);
+      device->set_memory_bytes(info.memory_bytes);
+      device->set_multiprocessors(info.multiprocessors);
+    }
   }
   v1::Limits* limits = response->mutable_limits();
   limits->set_max_message_bytes(limits_.max_message_bytes);

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "kernels/gemm_backend.h"
 #include "matmul/v1/matmul.grpc.pb.h"
+#include "server/device_lane.h"
 #include "server/metrics.h"
 #include "server/pending_product.h"
 #include "server/regions/region_opener.h"
@@ -25,9 +26,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 
 class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
  public:
-  MatmulServiceImpl(GemmBackend& backend, ProductExecutor& executor,
-                    ServerMetrics& metrics, RegionRegistry& registry,
-                    RegionOpener& region_opener, const ValidationLimits& limits,
+  // `lanes` (at least one) must outlive the service.
+  MatmulServiceImpl(std::vector<DeviceLane>& lanes, ServerMetrics& metrics,
+                    RegionRegistry& registry, const ValidationLimits& limits,
                     int max_concurrent_requests);
 
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
@@ -72,12 +73,18 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
               absl::AnyInvocable<void(absl::Status) &&> done);
 
  private:
-  GemmBackend& backend_;
-  ProductExecutor& executor_;
+  // The lane a product runs on: the GPU that holds its region operands,
+  // else the least loaded lane. FAILED_PRECONDITION when no lane serves
+  // the regions' device.
+  absl::StatusOr<DeviceLane*> LaneFor(const BoundOperands& operands);
+  // The lane whose device a region registration names (the first lane for
+  // shm, or when none matches: its opener then explains the mismatch).
+  DeviceLane& LaneFor(const v1::RegisterRegionRequest& request);
+
+  std::vector<DeviceLane>& lanes_;
   ServerMetrics& metrics_;
   RegionRegistry& registry_;
   const ValidationLimits limits_;
-  RegionOpener& region_opener_;
   const int max_concurrent_requests_;
 
   absl::Mutex sessions_mu_;

@@ -136,6 +136,29 @@ TEST(BatchingTest, ACancelledCallIsDroppedWithoutRunning) {
   EXPECT_EQ(metric("matmul_batch_size_count{backend=\"cpu\"}"), 1);
 }
 
+// Two lanes (CPU backends standing in for two GPUs): a request with inline
+// operands goes to the least loaded lane, so it does not wait behind a
+// slow product on the other.
+TEST(LanesTest, InlineRequestsGoToTheLeastLoadedLane) {
+  TestDaemon daemon(BatchingOptions(8, absl::ZeroDuration()), /*cpu_lanes=*/2);
+  ASSERT_EQ(daemon.server().lanes().size(), 2u);
+  std::mt19937_64 rng(9);
+  auto slow = OccupyTheWorker(daemon, rng);
+  auto small = MakeRandomRequest({.m = 8, .n = 8, .k = 8}, rng);
+  ASSERT_TRUE(small.ok());
+  absl::StatusOr<v1::MatmulResponse> response =
+      daemon.client().Matmul(*small, absl::Seconds(30));
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(slow.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the small product waited for the slow one";
+  EXPECT_EQ(daemon.server().lanes()[0].executor->running(), 1);
+  ASSERT_TRUE(slow.get().ok());
+  absl::StatusOr<v1::GetServerInfoResponse> info =
+      daemon.client().GetServerInfo(absl::Seconds(10));
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->devices_size(), 2);
+}
+
 TEST(BatchingTest, BadOptionsAreRefused) {
   std::unique_ptr<GemmBackend> backend = CpuBackend::Create(1);
   ServerOptions options = BatchingOptions(0, absl::ZeroDuration());

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -49,11 +50,17 @@ class TestDaemon {
  public:
   // Starts a CPU-backend daemon (metrics not served over HTTP; Scrape()
   // reads them) and a client connected to it.
-  explicit TestDaemon(ServerOptions options = DefaultOptions()) {
+  // `cpu_lanes` CPU backends stand in for several devices.
+  explicit TestDaemon(ServerOptions options = DefaultOptions(),
+                      int cpu_lanes = 1) {
     socket_ = FreshSocketPath();
     options.listen = {"unix:" + socket_};
     options.metrics_listen = "";
-    auto server = MatmulServer::Create(options, CpuBackend::Create(1));
+    std::vector<std::unique_ptr<GemmBackend>> backends;
+    for (int i = 0; i < cpu_lanes; ++i) {
+      backends.push_back(CpuBackend::Create(1));
+    }
+    auto server = MatmulServer::Create(options, std::move(backends));
     EXPECT_TRUE(server.ok()) << server.status();
     if (server.ok()) server_ = *std::move(server);
     ClientOptions client_options;

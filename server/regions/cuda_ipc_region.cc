@@ -12,8 +12,8 @@ namespace {
 
 class CudaIpcRegion final : public Region {
  public:
-  CudaIpcRegion(std::shared_ptr<void> mapping, int64_t size)
-      : mapping_(std::move(mapping)), size_(size) {}
+  CudaIpcRegion(std::shared_ptr<void> mapping, int64_t size, int device)
+      : mapping_(std::move(mapping)), size_(size), device_(device) {}
   std::string kind() const override { return "cuda_ipc"; }
   int64_t size_bytes() const override { return size_; }
   void* host_data() const override { return nullptr; }
@@ -23,10 +23,12 @@ class CudaIpcRegion final : public Region {
   Placement placement() const override {
     return {"cuda", reinterpret_cast<uintptr_t>(mapping_.get())};
   }
+  int cuda_device() const override { return device_; }
 
  private:
   std::shared_ptr<void> mapping_;
   const int64_t size_;
+  const int device_;
 };
 
 }  // namespace
@@ -129,7 +131,7 @@ absl::StatusOr<std::unique_ptr<Region>> CudaIpcOpener::Open(
                      " bytes exceeds its allocation of ", usable, " bytes"));
   }
   return std::unique_ptr<Region>(new CudaIpcRegion(
-      std::move(mapping), static_cast<int64_t>(ipc.size_bytes())));
+      std::move(mapping), static_cast<int64_t>(ipc.size_bytes()), device_));
 }
 
 }  // namespace matmul

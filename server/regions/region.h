@@ -34,6 +34,10 @@ class Region {
     uint64_t offset = 0;
   };
   virtual Placement placement() const = 0;
+
+  // The CUDA device whose memory this is (products that use it run there);
+  // -1 for host memory, which any device of the daemon can reach.
+  virtual int cuda_device() const { return -1; }
 };
 
 }  // namespace matmul
