@@ -65,8 +65,10 @@ const char* PidfdGetfdHint(int error) {
 // half-way through set-up.
 class CudaVmmRegion final : public Region {
  public:
-  CudaVmmRegion(const CudaDriverApi& driver, const CudaVmmLayout& layout)
+  CudaVmmRegion(const CudaDriverApi& driver, const CudaVmmLayout& layout,
+                int device)
       : driver_(driver),
+        device_(device),
         chunk_bytes_(layout.chunk_bytes),
         size_(static_cast<int64_t>(layout.size_bytes)) {
     // Reserved up front so that recording an imported handle cannot throw
@@ -92,6 +94,8 @@ class CudaVmmRegion final : public Region {
   // Two imports of one allocation are not recognised as the same memory;
   // the address identifies this mapping only.
   Placement placement() const override { return {"cuda", address_}; }
+  // Mapped, and made accessible, for this device only.
+  int cuda_device() const override { return device_; }
 
   // Imports the allocation behind `fd` (this process's copy of the client's
   // descriptor) as the next chunk. The fd may be closed afterwards: the
@@ -113,8 +117,8 @@ class CudaVmmRegion final : public Region {
   }
 
   // Reserves one range for every imported chunk, maps chunk i at byte
-  // i * chunk_bytes and lets `device` read and write all of it.
-  absl::Status Map(int device) {
+  // i * chunk_bytes and lets the device read and write all of it.
+  absl::Status Map() {
     reserved_bytes_ = handles_.size() * chunk_bytes_;
     CUresult result =
         driver_.mem_address_reserve(&address_, reserved_bytes_, 0, 0, 0);
@@ -137,7 +141,7 @@ class CudaVmmRegion final : public Region {
     }
     CUmemAccessDesc access{};
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device;
+    access.location.id = device_;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     result = driver_.mem_set_access(address_, reserved_bytes_, &access, 1);
     if (result != CUDA_SUCCESS) return Failed("cuMemSetAccess", result);
@@ -151,6 +155,7 @@ class CudaVmmRegion final : public Region {
   }
 
   const CudaDriverApi& driver_;
+  const int device_;
   const uint64_t chunk_bytes_;
   const int64_t size_;
   std::vector<CUmemGenericAllocationHandle> handles_;  // imported, in order
@@ -283,7 +288,7 @@ absl::StatusOr<std::unique_ptr<Region>> OpenCudaVmmRegion(
     return absl::FailedPreconditionError(
         absl::StrCat("pidfd_open(", layout.pid, "): ", strerror(error)));
   }
-  auto region = std::make_unique<CudaVmmRegion>(driver, layout);
+  auto region = std::make_unique<CudaVmmRegion>(driver, layout, device);
   for (size_t i = 0; i < layout.chunk_fds.size(); ++i) {
     Fd fd(static_cast<int>(
         syscall(SYS_pidfd_getfd, process.get(), layout.chunk_fds[i], 0)));
@@ -296,7 +301,7 @@ absl::StatusOr<std::unique_ptr<Region>> OpenCudaVmmRegion(
     // `region` releases the chunks imported so far if this one fails.
     RETURN_IF_ERROR(region->Import(fd.get(), DescribeFd(layout, i)));
   }
-  RETURN_IF_ERROR(region->Map(device));
+  RETURN_IF_ERROR(region->Map());
   return std::unique_ptr<Region>(std::move(region));
 }
 
