@@ -354,6 +354,7 @@ class Client:
         # region size, device)
         self._cuda_storages = {}
         self._cuda_freed = {}  # device -> _freed_bytes at the last product
+        self._retired = []  # region ids to unregister after the current call
         self._closed = False
 
     # -- session and regions --
@@ -570,15 +571,21 @@ class Client:
                                           device_ordinal=device,
                                           device_uuid=_device_uuid(device),
                                           size_bytes=needed)))
-            if cached is not None:  # outgrown: the larger one replaces it
-                self._forget_cuda_regions(lambda entry: entry is cached)
+            if cached is not None:
+                # Outgrown: the larger one replaces it. Operands of the
+                # request being built may still name the old one, so it is
+                # unregistered only after the call.
+                self._forget_cuda_regions(lambda entry: entry is cached,
+                                          defer=True)
             cached = (response.region_id, needed, device)
             self._cuda_regions[key] = cached
         return cached[0], storage_offset, cached[1]
 
-    def _forget_cuda_regions(self, which):
+    def _forget_cuda_regions(self, which, defer=False):
         """Unregisters the cached CUDA regions for which which(entry) holds
-        (entry: (region id, size, device)) and the storages that use them."""
+        (entry: (region id, size, device)) and the storages that use them;
+        with `defer`, only after the product being prepared (see
+        _unregister_retired)."""
         gone = {key: entry for key, entry in self._cuda_regions.items()
                 if which(entry)}
         ids = {entry[0] for entry in gone.values()}
@@ -587,8 +594,17 @@ class Client:
         self._cuda_storages = {ptr: entry for ptr, entry
                                in self._cuda_storages.items()
                                if entry[0] not in ids}
+        if defer:
+            self._retired.extend(ids)
+            return
         for region_id in ids:
             self.unregister_region(region_id)
+
+    def _unregister_retired(self):
+        with self._lock:
+            retired, self._retired = self._retired, []
+            for region_id in retired:
+                self.unregister_region(region_id)
 
     def _drop_stale_cuda_regions(self, device):
         """Forgets the cached regions of `device` when torch has given
@@ -664,7 +680,10 @@ class Client:
         # The daemon reads the inputs when the request arrives: finish the
         # work that produces them first.
         torch.cuda.synchronize(a_op.value.device)
-        response = _call(self._stub.Matmul, request, timeout)
+        try:
+            response = _call(self._stub.Matmul, request, timeout)
+        finally:
+            self._unregister_retired()
         self.last_response = response
         return out
 

@@ -270,11 +270,14 @@ class ClientCudaRegionsTest(unittest.TestCase):
         self.assertEqual(request.cuda_ipc.size_bytes, MiB)
         self.let_ptrace.assert_not_called()
         # A later storage further into the block outgrows the region: the
-        # larger one replaces it.
+        # larger one replaces it, but the old one stays registered until
+        # the product being prepared (whose A may name it) is answered.
         later = FakeStorage(self.torch, 0x7100_0010_0000, MiB,
                             b"\x02c" + IPC, MiB)
         self.assertEqual(self.ref(FakeTensor(later)), ("r2", MiB))
         self.assertEqual(self.registered[1].cuda_ipc.size_bytes, 2 * MiB)
+        self.assertEqual(self.unregistered, [])
+        self.client._unregister_retired()
         self.assertEqual(self.unregistered, ["r1"])
         # The first storage now goes through the larger region.
         self.assertEqual(self.ref(FakeTensor(block)), ("r2", 0))
