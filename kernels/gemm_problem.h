@@ -36,12 +36,17 @@ struct InputMatrix {
   // of the batch starts at pointers[b] and strides.batch is ignored. The
   // array must be readable by the device that runs the product.
   const void* const* pointers = nullptr;
+  // With pointers: the alignment in bytes (1..16) that every entry has,
+  // when the caller knows it; 0 assumes only element alignment (the
+  // entries may be invisible to the host). Fast kernels need 16.
+  int pointer_alignment = 0;
 };
 
 struct OutputMatrix {
   void* data = nullptr;  // BF16 or FP32 (GemmProblem::c_dtype)
   Strides strides;
   void* const* pointers = nullptr;  // as InputMatrix::pointers
+  int pointer_alignment = 0;        // as InputMatrix::pointer_alignment
 };
 
 struct GemmProblem {

@@ -84,6 +84,24 @@ TEST(DynamicBatcherTest, AWaitingWorkerWakesForANewItem) {
   EXPECT_EQ(batch->items, (std::vector<int>{7}));
 }
 
+TEST(DynamicBatcherTest, ASpinningWorkerTakesANewItemAndAnIdleOneStops) {
+  Batcher batcher({.max_batch_size = 4, .idle_spin = absl::Seconds(30)});
+  std::optional<Batcher::Batch> batch;
+  std::thread worker([&] { batch = batcher.Next(); });
+  absl::SleepFor(absl::Milliseconds(20));  // spinning on the empty queue
+  ASSERT_TRUE(Add(batcher, "k", 3).ok());
+  worker.join();
+  ASSERT_TRUE(batch);
+  EXPECT_EQ(batch->items, (std::vector<int>{3}));
+  // Shutdown ends a spin long before its 30 s.
+  const absl::Time start = absl::Now();
+  std::thread idle([&] { EXPECT_FALSE(batcher.Next()); });
+  absl::SleepFor(absl::Milliseconds(20));
+  batcher.Shutdown();
+  idle.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
 TEST(DynamicBatcherTest, FullQueueRefusesAndShutdownDrainsEverything) {
   DynamicBatcher<std::string> batcher({.max_batch_size = 2,
                                        .max_queue_delay = absl::Seconds(30),
@@ -113,6 +131,7 @@ TEST(DynamicBatcherTest, RejectsBadOptions) {
   EXPECT_FALSE(
       CheckBatcherOptions({.max_queue_delay = absl::Microseconds(-1)}).ok());
   EXPECT_FALSE(CheckBatcherOptions({.max_queue_size = 0}).ok());
+  EXPECT_FALSE(CheckBatcherOptions({.idle_spin = absl::Microseconds(-1)}).ok());
   EXPECT_TRUE(CheckBatcherOptions({}).ok());
 }
 

@@ -39,10 +39,10 @@ constexpr Field kFields[] = {
 std::string FormatTable(const BenchRun& run) {
   std::string out = absl::StrFormat(
       "%s, %s, %s\n"
-      "%5s %10s %8s %9s %9s %9s %9s %7s %9s %9s %9s %9s %s\n",
+      "%5s %10s %8s %9s %9s %9s %9s %7s %9s %9s %9s %9s  %s\n",
       run.label, run.shape, run.mode, "conc", "req/s", "TFLOPS", "p50 ms",
       "p90 ms", "p95 ms", "p99 ms", "batch", "queue us", "kernel us",
-      "e2e-k p50", "e2e-k p99", "");
+      "e2e-k p50", "e2e-k p99", "kernel");
   for (const LevelResult& l : run.levels) {
     absl::StrAppendFormat(
         &out,
@@ -114,6 +114,7 @@ absl::StatusOr<BenchRun> FromJson(const std::string& text) {
       l.windows = level.at("windows").get<int>();
       l.stable = level.at("stable").get<bool>();
       l.first_error = level.at("first_error").get<std::string>();
+      l.kernel = level.value("kernel", "");
       for (const Field& f : kFields) {
         l.*(f.member) = level.at(f.name).get<double>();
       }

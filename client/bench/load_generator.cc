@@ -99,6 +99,11 @@ class LoadGenerator::Run {
   }
 
   // What was answered since the last call, and how long that span was.
+  std::string last_kernel() {
+    absl::MutexLock lock(&mu_);
+    return last_kernel_;
+  }
+
   WindowStats Take(std::vector<Sample>* samples, std::string* first_error) {
     const Clock::time_point now = Clock::now();
     WindowStats stats;
@@ -160,6 +165,9 @@ class LoadGenerator::Run {
         samples_.push_back({Seconds(now - slot.sent), timing.queue_seconds(),
                             timing.kernel_seconds(), timing.total_seconds(),
                             slot.response.batch_size()});
+        if (last_kernel_ != slot.response.kernel()) {
+          last_kernel_ = slot.response.kernel();
+        }
       } else {
         ++errors_;
         if (first_error_.empty()) {
@@ -217,6 +225,7 @@ class LoadGenerator::Run {
   std::string first_error_ ABSL_GUARDED_BY(mu_);
   Clock::time_point window_start_ ABSL_GUARDED_BY(mu_);
   int64_t wanted_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_kernel_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<LoadGenerator>> LoadGenerator::Create(
@@ -320,6 +329,7 @@ absl::StatusOr<LevelResult> LoadGenerator::RunLevel(
     }
   }
   run.Stop();
+  result.kernel = run.last_kernel();
 
   result.concurrency = options.concurrency;
   result.request_rate = options.request_rate;

@@ -77,6 +77,7 @@ struct LevelResult {
   double overhead_p50 = 0;
   double overhead_p99 = 0;
   double mean_batch_size = 0;
+  std::string kernel;  // what the last answer said ran
 };
 
 // The q-quantile (0..1) of `sorted` by nearest rank; 0 when empty.

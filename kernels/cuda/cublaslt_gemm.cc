@@ -62,10 +62,13 @@ LtOperand Describe(const Classified& c, int64_t rows, int64_t cols,
 }
 
 size_t ProblemAlignment(const void* data, const void* const* pointers,
-                        size_t element_bytes) {
-  // Entries of a pointer array are not visible on the host: assume only
-  // element alignment.
-  if (pointers != nullptr) return element_bytes;
+                        int pointer_alignment, size_t element_bytes) {
+  // Entries of a pointer array may not be visible on the host: unless the
+  // caller says, assume only element alignment.
+  if (pointers != nullptr) {
+    return pointer_alignment > 0 ? static_cast<size_t>(pointer_alignment)
+                                 : element_bytes;
+  }
   return PointerAlignment(data);
 }
 
@@ -196,9 +199,10 @@ std::string CublasLtGemm::PlanKey(const GemmProblem& p) {
       p.batch, "x", p.m, "x", p.n, "x", p.k, "|", strides(p.a.strides), "|",
       strides(p.b.strides), "|", strides(p.c.strides), "|",
       DTypeName(p.c_dtype), "|", pointer_array ? "ptr" : "strided", "|",
-      ProblemAlignment(p.a.data, p.a.pointers, 2), ",",
-      ProblemAlignment(p.b.data, p.b.pointers, 2), ",",
-      ProblemAlignment(p.c.data, p.c.pointers, DTypeSize(p.c_dtype)));
+      ProblemAlignment(p.a.data, p.a.pointers, p.a.pointer_alignment, 2), ",",
+      ProblemAlignment(p.b.data, p.b.pointers, p.b.pointer_alignment, 2), ",",
+      ProblemAlignment(p.c.data, p.c.pointers, p.c.pointer_alignment,
+                       DTypeSize(p.c_dtype)));
 }
 
 absl::StatusOr<std::shared_ptr<const CublasLtPlan>> CublasLtGemm::GetPlan(
@@ -235,10 +239,12 @@ absl::StatusOr<std::unique_ptr<CublasLtPlan>> CublasLtGemm::BuildPlan(
   plan->key_ = std::move(key);
   plan->pointer_array_ = p.a.pointers != nullptr;
   plan->swap_operands_ = c.order == Order::kRowMajor;
-  plan->min_alignment_[0] = ProblemAlignment(p.a.data, p.a.pointers, 2);
-  plan->min_alignment_[1] = ProblemAlignment(p.b.data, p.b.pointers, 2);
-  plan->min_alignment_[2] =
-      ProblemAlignment(p.c.data, p.c.pointers, DTypeSize(p.c_dtype));
+  plan->min_alignment_[0] =
+      ProblemAlignment(p.a.data, p.a.pointers, p.a.pointer_alignment, 2);
+  plan->min_alignment_[1] =
+      ProblemAlignment(p.b.data, p.b.pointers, p.b.pointer_alignment, 2);
+  plan->min_alignment_[2] = ProblemAlignment(
+      p.c.data, p.c.pointers, p.c.pointer_alignment, DTypeSize(p.c_dtype));
 
   // Row-major C: D' = C^T (n x m) = B^T * A^T, cuBLASLt's A is our B.
   // Column-major C: D = C (m x n) = A * B.
@@ -348,10 +354,12 @@ absl::Status CublasLtGemm::Run(const CublasLtPlan& plan, int algo_index,
         " bytes of workspace, got ", workspace_bytes));
   }
   // The plan's algorithms were chosen for pointers at least this aligned.
-  if (ProblemAlignment(p.a.data, p.a.pointers, 2) < plan.min_alignment_[0] ||
-      ProblemAlignment(p.b.data, p.b.pointers, 2) < plan.min_alignment_[1] ||
-      ProblemAlignment(p.c.data, p.c.pointers, DTypeSize(p.c_dtype)) <
-          plan.min_alignment_[2]) {
+  if (ProblemAlignment(p.a.data, p.a.pointers, p.a.pointer_alignment, 2) <
+          plan.min_alignment_[0] ||
+      ProblemAlignment(p.b.data, p.b.pointers, p.b.pointer_alignment, 2) <
+          plan.min_alignment_[1] ||
+      ProblemAlignment(p.c.data, p.c.pointers, p.c.pointer_alignment,
+                       DTypeSize(p.c_dtype)) < plan.min_alignment_[2]) {
     return absl::FailedPreconditionError(
         "cuBLASLt plan was built for more strictly aligned pointers");
   }

@@ -282,8 +282,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
         lane->workspace.Reserve(selector->cublaslt().workspace_bytes()));
     lanes.push_back(std::move(lane));
   }
-  return std::unique_ptr<CudaBackend>(new CudaBackend(
+  auto backend = std::unique_ptr<CudaBackend>(new CudaBackend(
       options, std::move(info), std::move(selector), std::move(lanes)));
+  CudaBackend* raw = backend.get();
+  backend->selector_->SetTuningGuard([raw] { return raw->HoldAllLanes(); });
+  return backend;
 }
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
@@ -336,6 +339,16 @@ absl::StatusOr<CudaBackend::LaneLease> CudaBackend::AcquireLane() {
   Lane* lane = free_lanes_.back();
   free_lanes_.pop_back();
   return LaneLease(*this, lane, std::move(scoped));
+}
+
+std::shared_ptr<void> CudaBackend::HoldAllLanes() {
+  auto held = std::make_shared<std::vector<LaneLease>>();
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    absl::StatusOr<LaneLease> lease = AcquireLane();
+    if (!lease.ok()) return nullptr;
+    held->push_back(*std::move(lease));
+  }
+  return held;
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
@@ -423,6 +436,22 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
     absl::Span<const GemmProblem* const> problems, bool on_device) {
   if (problems.size() == 1 || !on_device) {
     return GemmBackend::RunBatch(problems, on_device);
+  }
+  // A product with two waves of 128x128 tiles of its own keeps the GPU busy
+  // alone: batching buys nothing, so each runs as it would unbatched (with
+  // the kernel tuned for it), back to back on one lane.
+  const GemmProblem& first = *problems.front();
+  if (first.batch * first.m * first.n >=
+      int64_t{2} * 128 * 128 * std::max(1, info_.multiprocessors)) {
+    for (const GemmProblem* p : problems) RETURN_IF_ERROR(ValidateForCuda(*p));
+    ASSIGN_OR_RETURN(LaneLease lease, AcquireLane());
+    GemmRunInfo total;
+    for (const GemmProblem* p : problems) {
+      ASSIGN_OR_RETURN(GemmRunInfo one, RunDeviceOnLane(*p, lease.lane()));
+      total.kernel = one.kernel;
+      total.kernel_seconds += one.kernel_seconds;
+    }
+    return total;
   }
   ASSIGN_OR_RETURN(CombinedProblem combined,
                    CombinedProblem::Combine(problems));

@@ -113,6 +113,9 @@ class CudaBackend : public GemmBackend {
 
   // Waits for a free lane; makes the backend's device current.
   absl::StatusOr<LaneLease> AcquireLane();
+  // Every lane, for background tuning (see SetTuningGuard); null if the
+  // device cannot be made current.
+  std::shared_ptr<void> HoldAllLanes();
   // Runs `problem` (device pointers, unit-stride layouts) on the lane's
   // stream between its timing events and waits for it.
   absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem, Lane& lane);

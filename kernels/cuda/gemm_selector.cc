@@ -35,6 +35,13 @@ char LayoutTag(const Strides& s) {
   return 'S';
 }
 
+// What a canonical problem's a/b/c.pointers point at to say "pointer-array
+// mode" (the batcher's launches): the arrays themselves are built by
+// TimingData. Never dereferenced.
+void* const kPointerArrayMode[1] = {nullptr};
+
+bool PointerArrays(const GemmProblem& p) { return p.a.pointers != nullptr; }
+
 bool Broadcast(const GemmProblem& p, const InputMatrix& x) {
   return p.batch > 1 && x.pointers == nullptr && x.strides.batch == 0;
 }
@@ -107,6 +114,43 @@ class TimingData {
       copy.a.data = base + a_off;
       copy.b.data = base + b_off;
       copy.c.data = base + c_off;
+      if (PointerArrays(canonical)) {
+        // Entry b of each operand at its place in the dense batch, as
+        // device-readable arrays: [A pointers | B pointers | C pointers].
+        std::vector<const void*> host;
+        for (int64_t b = 0; b < p.batch; ++b) {
+          host.push_back(base + a_off + b * p.m * p.k * 2);
+        }
+        for (int64_t b = 0; b < p.batch; ++b) {
+          host.push_back(base + b_off + b * p.k * p.n * 2);
+        }
+        for (int64_t b = 0; b < p.batch; ++b) {
+          host.push_back(base + c_off + b * p.m * p.n * DTypeSize(p.c_dtype));
+        }
+        ASSIGN_OR_RETURN(DeviceBuffer arrays,
+                         DeviceBuffer::Create(host.size() * sizeof(void*)));
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpy(arrays.data(), host.data(), host.size() * sizeof(void*),
+                       cudaMemcpyHostToDevice),
+            "cudaMemcpy(pointer arrays)"));
+        const auto* device = static_cast<const void* const*>(arrays.data());
+        copy.a.data = copy.b.data = copy.c.data = nullptr;
+        copy.a.pointers = device;
+        copy.b.pointers = device + p.batch;
+        copy.c.pointers = const_cast<void* const*>(device + 2 * p.batch);
+        // As the batcher's arrays say: the alignment all entries share.
+        auto alignment = [&](int64_t first, int64_t count) {
+          uintptr_t bits = 16;
+          for (int64_t i = first; i < first + count; ++i) {
+            bits |= reinterpret_cast<uintptr_t>(host[i]);
+          }
+          return static_cast<int>(bits & -bits);
+        };
+        copy.a.pointer_alignment = alignment(0, p.batch);
+        copy.b.pointer_alignment = alignment(p.batch, p.batch);
+        copy.c.pointer_alignment = alignment(2 * p.batch, p.batch);
+        data.buffers_.push_back(std::move(arrays));
+      }
       data.problems_.push_back(copy);
       data.buffers_.push_back(std::move(buffer));
     }
@@ -165,6 +209,13 @@ GemmProblem CanonicalProblem(const GemmProblem& p) {
   if (Broadcast(p, p.a)) c.a.strides.batch = 0;
   if (Broadcast(p, p.b)) c.b.strides.batch = 0;
   c.c.strides = {p.m * p.n, p.n, 1};
+  // Pointer-array launches are tuned as such: kernels (cuBLASLt's above
+  // all) differ between the two modes, and so do their candidate lists.
+  if (PointerArrays(p)) {
+    c.a.pointers = kPointerArrayMode;
+    c.b.pointers = kPointerArrayMode;
+    c.c.pointers = kPointerArrayMode;
+  }
   return c;
 }
 
@@ -175,6 +226,7 @@ std::string GemmSelector::Key(const GemmProblem& p) {
       BatchBucket(p.batch));
   if (Broadcast(p, p.a)) absl::StrAppend(&key, ":bcastA");
   if (Broadcast(p, p.b)) absl::StrAppend(&key, ":bcastB");
+  if (PointerArrays(p)) absl::StrAppend(&key, ":ptr");
   return key;
 }
 
@@ -560,12 +612,19 @@ absl::StatusOr<KernelChoice> GemmSelector::Tune(
   return choice;
 }
 
+void GemmSelector::SetTuningGuard(
+    std::function<std::shared_ptr<void>()> guard) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tuning_guard_ = std::move(guard);
+}
+
 void GemmSelector::WorkerLoop() {
   if (!CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice").ok()) {
     return;
   }
   while (true) {
     GemmProblem problem;
+    std::function<std::shared_ptr<void>()> guard;
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -573,8 +632,13 @@ void GemmSelector::WorkerLoop() {
       problem = queue_.front();
       queue_.pop_front();
       worker_busy_ = true;
+      guard = tuning_guard_;
     }
-    auto tuned = Tune(problem);
+    absl::StatusOr<KernelChoice> tuned;
+    {
+      std::shared_ptr<void> held = guard ? guard() : nullptr;
+      tuned = Tune(problem);
+    }
     if (!tuned.ok()) {
       std::fprintf(stderr, "GemmSelector: background tuning of %s failed: %s\n",
                    Key(problem).c_str(), tuned.status().ToString().c_str());

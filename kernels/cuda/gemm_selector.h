@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -141,6 +142,12 @@ class GemmSelector {
   // Blocks until the background queue is empty and idle (tests, tools).
   void WaitForBackgroundTuning();
 
+  // Called by the background worker around each key it times; what it
+  // returns is held for the timing. The CUDA backend passes a guard that
+  // holds all its lanes, so that serving pauses while a key is timed
+  // (timings taken beside live traffic are wrong, and slow it down).
+  void SetTuningGuard(std::function<std::shared_ptr<void>()> guard);
+
   // Rewrites the cache file with the current choices (merged with what the
   // file holds for other environments). Called after each tuning.
   absl::Status SaveCache();
@@ -169,6 +176,7 @@ class GemmSelector {
   absl::flat_hash_set<std::string> queued_keys_;            // guarded by mu_
   bool worker_busy_ = false;                                // guarded by mu_
   bool stopping_ = false;                                   // guarded by mu_
+  std::function<std::shared_ptr<void>()> tuning_guard_;     // guarded by mu_
   std::condition_variable work_cv_;
   std::condition_variable idle_cv_;
   // Serialises timing runs (worker vs. Tune() callers), so two tunings do

@@ -201,8 +201,12 @@ absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
       a_n ? (b_n ? internal::kFallbackNN : internal::kFallbackNT)
           : (b_n ? internal::kFallbackTN : internal::kFallbackTT);
   const unsigned batch = static_cast<unsigned>(p.batch);
-  const bool pointer_arrays =
-      p.a.pointers != nullptr || p.b.pointers != nullptr;
+  // Pointer arrays whose entries the caller vouches for (16-byte aligned)
+  // need no fix-up launch.
+  auto unverified = [](const InputMatrix& x) {
+    return x.pointers != nullptr && x.pointer_alignment < 16;
+  };
+  const bool pointer_arrays = unverified(p.a) || unverified(p.b);
   const bool bases_aligned =
       (p.a.pointers != nullptr ||
        reinterpret_cast<uintptr_t>(p.a.data) % 16 == 0) &&
