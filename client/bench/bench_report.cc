@@ -47,13 +47,13 @@ std::string FormatTable(const BenchRun& run) {
     absl::StrAppendFormat(
         &out,
         "%5d %10.0f %8.2f %9.3f %9.3f %9.3f %9.3f %7.2f %9.1f %9.1f "
-        "%9.1f %9.1f %s\n",
+        "%9.1f %9.1f  %s%s\n",
         l.concurrency, l.requests_per_second, l.tflops, l.latency_p50 * kMs,
         l.latency_p90 * kMs, l.latency_p95 * kMs, l.latency_p99 * kMs,
         l.mean_batch_size, l.server_queue_p50 * kUs, l.server_kernel_p50 * kUs,
-        l.overhead_p50 * kUs, l.overhead_p99 * kUs,
+        l.overhead_p50 * kUs, l.overhead_p99 * kUs, l.kernel,
         l.stable ? ""
-                 : absl::StrCat("(unstable after ", l.windows, " windows)"));
+                 : absl::StrCat(" (unstable after ", l.windows, " windows)"));
     if (l.errors > 0) {
       absl::StrAppendFormat(&out, "      %d errors, first: %s\n", l.errors,
                             l.first_error);
@@ -89,6 +89,7 @@ std::string ToJson(const BenchRun& run) {
         {"concurrency", l.concurrency}, {"requests", l.requests},
         {"errors", l.errors},           {"windows", l.windows},
         {"stable", l.stable},           {"first_error", l.first_error}};
+    level["kernel"] = l.kernel;
     for (const Field& f : kFields) level[f.name] = l.*(f.member);
     json["levels"].push_back(std::move(level));
   }

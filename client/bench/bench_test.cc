@@ -88,6 +88,35 @@ TEST_F(LoadGeneratorTest, ClosedLoopMeasuresEveryAnswer) {
             result->requests);
 }
 
+TEST_F(LoadGeneratorTest, StreamModeSendsEveryRequestOverOneStreamPerSlot) {
+  auto generator = Generator(2);
+  ASSERT_TRUE(generator.ok()) << generator.status();
+  LoadOptions options{.concurrency = 3,
+                      .window_requests = 40,
+                      .stable_windows = 2,
+                      .stability = 100.0,
+                      .max_windows = 2,
+                      .warmup = absl::Milliseconds(50),
+                      .stream = true};
+  absl::StatusOr<LevelResult> result = (*generator)->RunLevel(options, {});
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GE(result->requests, 80);
+  EXPECT_EQ(result->errors, 0);
+  EXPECT_EQ(result->kernel, "openblas_sgemm");
+  // A request the server rejects comes back in-band and counts as an error.
+  v1::MatmulRequest bad;
+  auto rejecting = LoadGenerator::Create(daemon_.target(), 1, {bad}, 1);
+  ASSERT_TRUE(rejecting.ok());
+  absl::StatusOr<LevelResult> rejected =
+      (*rejecting)
+          ->RunLevel({.concurrency = 2,
+                      .window = absl::Milliseconds(100),
+                      .warmup = absl::ZeroDuration(),
+                      .stream = true},
+                     {});
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_F(LoadGeneratorTest, OpenLoopHoldsTheRequestRate) {
   auto generator = Generator(1);
   ASSERT_TRUE(generator.ok()) << generator.status();

@@ -70,7 +70,10 @@ class LoadGenerator::Run {
       free_.push_back(&slot);
     }
   }
-  ~Run() { Stop(); }
+  ~Run() {
+    Stop();
+    CloseStreams();
+  }
 
   void Start() {
     start_ = Clock::now();
@@ -133,29 +136,111 @@ class LoadGenerator::Run {
   }
 
  private:
+  struct Slot;
+
+  // One slot's MatmulStream (LoadOptions::stream): a request is written,
+  // its answer read, then the next request is written. gRPC allows one
+  // write in flight, and a write's completion may be reported after the
+  // answer it produced, so the next write waits for both.
+  class StreamCall final
+      : public grpc::ClientBidiReactor<v1::MatmulRequest, v1::MatmulResponse> {
+   public:
+    StreamCall(Run& run, Slot& slot) : run_(run), slot_(slot) {
+      slot.stub->async()->MatmulStream(&context_, this);
+      StartCall();
+    }
+    void Send() {
+      slot_.sent = Clock::now();
+      StartRead(&slot_.response);
+      absl::MutexLock lock(&mu_);
+      if (writing_) {
+        write_after_done_ = true;
+        return;
+      }
+      writing_ = true;
+      StartWrite(slot_.request);
+    }
+    void OnWriteDone(bool /*ok*/) override {
+      absl::MutexLock lock(&mu_);
+      writing_ = write_after_done_;
+      if (write_after_done_) {
+        write_after_done_ = false;
+        StartWrite(slot_.request);
+      }
+    }
+    void OnReadDone(bool ok) override {
+      grpc::Status status;
+      if (!ok) {
+        status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broke");
+      } else if (slot_.response.status_code() != 0) {
+        status = grpc::Status(
+            static_cast<grpc::StatusCode>(slot_.response.status_code()),
+            slot_.response.status_message());
+      }
+      run_.OnAnswer(slot_, status, /*slot_alive=*/ok);
+    }
+    void OnDone(const grpc::Status& /*status*/) override {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    // Half-closes and waits until gRPC is done with the call.
+    void Close() {
+      StartWritesDone();
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&done_));
+    }
+
+   private:
+    Run& run_;
+    Slot& slot_;
+    grpc::ClientContext context_;
+    absl::Mutex mu_;
+    bool writing_ ABSL_GUARDED_BY(mu_) = false;
+    bool write_after_done_ ABSL_GUARDED_BY(mu_) = false;
+    bool done_ ABSL_GUARDED_BY(mu_) = false;
+  };
+
   struct Slot {
     const v1::MatmulRequest* request = nullptr;
     v1::MatmulService::Stub* stub = nullptr;
     v1::MatmulResponse response;
-    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientContext> context;  // unary calls
+    std::unique_ptr<StreamCall> stream;            // stream mode
     Clock::time_point sent;
   };
+
+  void CloseStreams() {
+    for (Slot& slot : slots_) {
+      if (slot.stream != nullptr) slot.stream->Close();
+      slot.stream.reset();
+    }
+  }
 
   bool HaveWanted() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return static_cast<int64_t>(samples_.size()) + errors_ >= wanted_;
   }
 
   void Send(Slot& slot) {
+    if (options_.stream) {
+      if (slot.stream == nullptr) {
+        slot.stream = std::make_unique<StreamCall>(*this, slot);
+      }
+      slot.stream->Send();
+      return;
+    }
     slot.context = std::make_unique<grpc::ClientContext>();
     slot.context->set_deadline(
         absl::ToChronoTime(absl::Now() + options_.timeout));
     slot.sent = Clock::now();
-    slot.stub->async()->Matmul(
-        slot.context.get(), slot.request, &slot.response,
-        [this, &slot](grpc::Status status) { OnDone(slot, status); });
+    slot.stub->async()->Matmul(slot.context.get(), slot.request, &slot.response,
+                               [this, &slot](grpc::Status status) {
+                                 OnAnswer(slot, status, /*slot_alive=*/true);
+                               });
   }
 
-  void OnDone(Slot& slot, const grpc::Status& status) {
+  // An answer (or the failure of the call) for `slot`'s request; a slot
+  // whose stream broke is not used again.
+  void OnAnswer(Slot& slot, const grpc::Status& status, bool slot_alive) {
     const Clock::time_point now = Clock::now();
     bool resend = false;
     {
@@ -175,7 +260,7 @@ class LoadGenerator::Run {
                                       status.error_message());
         }
       }
-      if (stopping_) {
+      if (stopping_ || !slot_alive) {
         --outstanding_;
       } else if (options_.request_rate > 0) {
         --outstanding_;

@@ -7,9 +7,10 @@
 // `stability`, or after `max_windows` (then it is reported unstable).
 // The statistics cover the requests of those last windows.
 //
-// Calls go through the gRPC callback API on `channels` connections; each
-// slot reuses its own request message (no copy per call), so the client's
-// own cost per request stays small next to the server's.
+// Calls go through the gRPC callback API on `channels` connections, as
+// unary calls or over one MatmulStream per slot; each slot reuses its own
+// request message (no copy per call), so the client's own cost per
+// request stays small next to the server's.
 #ifndef MATMUL_CLIENT_BENCH_LOAD_GENERATOR_H_
 #define MATMUL_CLIENT_BENCH_LOAD_GENERATOR_H_
 
@@ -41,6 +42,9 @@ struct LoadOptions {
   // caches).
   absl::Duration warmup = absl::Seconds(1);
   absl::Duration timeout = absl::Seconds(60);  // per request
+  // Each slot keeps one MatmulStream open and sends its requests over it
+  // (no per-call set-up), instead of one unary Matmul call per request.
+  bool stream = false;
 };
 
 // What a window or a level measured.

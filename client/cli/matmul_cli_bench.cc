@@ -65,6 +65,9 @@ ABSL_FLAG(double, stability_percent, 10,
           "latency may stray from their mean.");
 ABSL_FLAG(int, channels, 4,
           "bench: gRPC connections the requests are spread over.");
+ABSL_FLAG(bool, stream, false,
+          "bench: each slot sends its requests over one MatmulStream "
+          "instead of one unary call each (less per-call overhead).");
 ABSL_FLAG(bool, csv, false, "bench: print CSV instead of the table.");
 ABSL_FLAG(std::string, save, "",
           "bench: also write the results as JSON to this file (for "
@@ -150,6 +153,7 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   o.load.stable_windows = absl::GetFlag(FLAGS_stable_windows);
   o.load.stability = absl::GetFlag(FLAGS_stability_percent) / 100.0;
   o.load.timeout = o.timeout;
+  o.load.stream = absl::GetFlag(FLAGS_stream);
   if (!(o.load.request_rate >= 0)) {
     return absl::InvalidArgumentError("--request_rate must be >= 0");
   }
