@@ -551,13 +551,16 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(const GemmProblem& p,
                                      {p.c.data, p.c.pointers, p.c.strides},
                                      p.batch, p.m, p.n, c_element, stream));
   }
-  // Temporaries are freed in stream order; wait so that the output is
+  // RunTimed waited for the kernel; only a scatter of C or temporaries
+  // (freed in stream order) leave work to wait for, so that the output is
   // complete when we return, as the contract says.
-  a_tmp = StreamBuffer();
-  b_tmp = StreamBuffer();
-  c_tmp = StreamBuffer();
-  RETURN_IF_ERROR(
-      CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+  if (gather_a || gather_b || gather_c) {
+    a_tmp = StreamBuffer();
+    b_tmp = StreamBuffer();
+    c_tmp = StreamBuffer();
+    RETURN_IF_ERROR(
+        CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+  }
   return info;
 }
 

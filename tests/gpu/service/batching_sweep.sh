@@ -5,7 +5,8 @@
 # on with no delay, and on with --max_queue_delay_us=$DELAY_US (1000).
 # Every client slot has its own A and C and all share B (one layer's
 # weights). Tables, JSON and one PNG chart per M go to $OUT/batching/.
-# Run from the repo root with the bundle unpacked.
+# BENCH_FLAGS adds matmul-cli bench flags (e.g. --stream) and TAG names
+# the result files apart. Run from the repo root with the bundle unpacked.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 res=$OUT/batching
@@ -14,6 +15,8 @@ source tests/gpu/cuda_daemon.sh
 MS=${MS:-16 32 64 128}
 DELAY_US=${DELAY_US:-1000}
 LEVELS=${LEVELS:-1,4,16,64,256}
+BENCH_FLAGS=${BENCH_FLAGS:-}
+TAG=${TAG:-}
 rc=0
 settings=("off:--max_batch_size=1" "on:--max_batch_size=64"
   "on, delay ${DELAY_US}us:--max_batch_size=64 --max_queue_delay_us=$DELAY_US")
@@ -29,13 +32,14 @@ for i in "${!settings[@]}"; do
     bundle/matmul-cli bench --target="$sock" --shape="${m}x4096x4096" \
       --transpose_b --mode=ipc --concurrency="$LEVELS" --channels=8 \
       --warmup=1s --duration=500ms --max_windows=8 --label="batching $label" \
-      --save="$res/m${m}_$i.json" || rc=1
+      --save="$res/m${m}${TAG}_$i.json" $BENCH_FLAGS || rc=1
   done
   stop_cuda_daemon 3 || rc=1
 done
 for m in $MS; do
-  bundle/matmul-cli bench --plot_only --plot="$res/batching_m${m}.png" \
-    --compare="$res/m${m}_0.json,$res/m${m}_1.json,$res/m${m}_2.json" || rc=1
+  bundle/matmul-cli bench --plot_only --plot="$res/batching_m${m}${TAG}.png" \
+    --compare="$res/m${m}${TAG}_0.json,$res/m${m}${TAG}_1.json,$res/m${m}${TAG}_2.json" ||
+    rc=1
 done
 echo "batching_sweep: rc=$rc"
 exit $rc
