@@ -42,9 +42,6 @@ ABSL_FLAG(int, cpu_threads, 0,
 ABSL_FLAG(int, worker_threads, 2,
           "Threads that run batches (each blocks on one launch at a time; "
           "on the CUDA backend each has a stream of its own).");
-ABSL_FLAG(int, response_threads, 4,
-          "Threads that write the responses of a batch once it ran, so that "
-          "the workers go on to the next launch.");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");
@@ -164,7 +161,6 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.max_metric_shapes = absl::GetFlag(FLAGS_max_metric_shapes);
   options.executor.worker_threads = absl::GetFlag(FLAGS_worker_threads);
-  options.response_threads = absl::GetFlag(FLAGS_response_threads);
   options.executor.batching.max_queue_size =
       absl::GetFlag(FLAGS_max_queue_size);
   options.executor.batching.max_batch_size =

@@ -43,11 +43,6 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
       server->metrics_,
       ServerMetrics::Create(options.metrics_listen, options.max_metric_shapes,
                             backends.front()->name()));
-  if (options.response_threads < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "response_threads is ", options.response_threads, "; expected >= 1"));
-  }
-  server->responder_ = std::make_unique<Responder>(options.response_threads);
   for (std::unique_ptr<GemmBackend>& backend : backends) {
     DeviceLane lane;
     lane.backend = std::move(backend);
@@ -55,8 +50,8 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     region_options.shm_prefix = options.shm_prefix;
     region_options.cuda_device = lane.backend->cuda_device();
     lane.region_opener = std::make_unique<RegionOpener>(region_options);
-    lane.runner = std::make_unique<MatmulRunner>(
-        *lane.backend, *server->metrics_, *server->responder_);
+    lane.runner =
+        std::make_unique<MatmulRunner>(*lane.backend, *server->metrics_);
     MatmulRunner* runner = lane.runner.get();
     ASSIGN_OR_RETURN(
         lane.executor,
@@ -136,7 +131,6 @@ void MatmulServer::Shutdown(absl::Duration grace) {
     server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   }
   for (DeviceLane& lane : lanes_) lane.executor->Shutdown();
-  if (responder_ != nullptr) responder_->Drain();
   if (server_ != nullptr) server_->Wait();
 }
 

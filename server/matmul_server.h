@@ -18,7 +18,6 @@
 #include "server/matmul_service.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
-#include "server/responder.h"
 
 namespace matmul {
 
@@ -29,8 +28,6 @@ struct ServerOptions {
   std::string metrics_listen = "127.0.0.1:9466";
   int max_metric_shapes = 64;
   ExecutorOptions executor;
-  // Threads that answer the calls of a batch once it ran (see Responder).
-  int response_threads = 4;
   ValidationLimits limits;
   RegionRegistryOptions regions;
   std::string shm_prefix = "matmul";
@@ -73,7 +70,6 @@ class MatmulServer {
   MatmulServer() = default;
 
   std::unique_ptr<ServerMetrics> metrics_;
-  std::unique_ptr<Responder> responder_;  // outlives the lanes' runners
   // Declared before the registry: regions the lanes' openers opened must
   // go first.
   std::vector<DeviceLane> lanes_;
