@@ -6,7 +6,7 @@ ARG CUDA_ARCHITECTURES="90a;120a;121a"
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
       --no-install-recommends build-essential cmake ninja-build pkg-config \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev \
+      libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
       libgtest-dev libgmock-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

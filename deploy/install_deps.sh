@@ -10,7 +10,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev
+  libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev curl python3-grpcio python3-protobuf
 )
 missing=()
