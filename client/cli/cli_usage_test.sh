@@ -34,8 +34,18 @@ expect 2 run --no_such_flag
 expect 2 run --target
 expect 2 run extra_argument
 expect 2 run --mode=rdma
+expect 2 bench --concurrency=0
+expect 2 bench --concurrency=1,x
+expect 2 bench --request_rate=-5
+expect 2 bench --duration=0s
+expect 2 bench --stable_windows=5 --max_windows=3
+expect 2 bench --json --csv
+expect 2 bench --plot_only --plot=/tmp/x.png
+expect 2 bench --mode=rdma
+expect 2 bench --compare=/nonexistent.json --plot_only --plot=/tmp/x.png
 expect 1 info --target="$nobody"
 expect 1 run --target="$nobody" --shape=8x8x8
+expect 1 bench --target="$nobody" --shape=8x8x8 --concurrency=1
 
 # The usage error says what was wrong.
 "$cli" run --shape=12x3 2>&1 | grep -q 'expected MxNxK' ||

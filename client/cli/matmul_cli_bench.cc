@@ -344,6 +344,14 @@ int RunBenchCommand() {
     std::cerr << "matmul-cli: " << client.status().message() << "\n";
     return kExitUsage;
   }
+  // A cheap call first: it fails fast when nothing listens at the target.
+  if (absl::StatusOr<v1::GetServerInfoResponse> info =
+          (*client)->GetServerInfo(o.timeout);
+      !info.ok()) {
+    std::cerr << "matmul-cli: GetServerInfo failed: " << info.status()
+              << " (is matmul-server listening on " << o.target << "?)\n";
+    return kExitFailure;
+  }
   int slots = 1;
   for (int level : o.levels) slots = std::max(slots, level);
   Workload workload;
