@@ -1,6 +1,7 @@
 #!/bin/sh
 # matmul-cli against a real matmul-server (CPU backend) on a temporary unix
-# socket: info, a checked product in every layout, JSON output.
+# socket: info, a checked product in every layout, JSON output, the load
+# generator.
 # Usage: cli_end_to_end_test.sh path/to/matmul-cli path/to/matmul-server
 cli="$1"
 server="$2"
@@ -38,6 +39,20 @@ run run "$target" --shape=33x17x65 --check --mode=shm --batch=3 --out_dtype=fp32
 run run "$target" --shape=64x64x64 --iterations=5 --json
 grep -q '"latency_ms_median"' "$dir/out" ||
   { echo "FAIL: --json lacks latency_ms_median"; failures=$((failures + 1)); }
+
+# The load generator: two levels over shm, saved, then drawn with an
+# earlier (here: the same) run and as CSV.
+bench="bench $target --shape=16x64x64 --transpose_b --warmup=100ms --duration=200ms --max_windows=3"
+run $bench --mode=shm --concurrency=1,4 --save="$dir/a.json" --label=first
+grep -q '"requests_per_second"' "$dir/a.json" ||
+  { echo "FAIL: bench --save wrote no results"; failures=$((failures + 1)); }
+run $bench --mode=inline --concurrency=2 --stream --csv --compare="$dir/a.json" \
+  --plot="$dir/chart.png"
+grep -q '^this run,16x64x64:NT,inline,2,' "$dir/out" ||
+  { echo "FAIL: bench --csv lacks its row"; cat "$dir/out"; failures=$((failures + 1)); }
+[ -s "$dir/chart.png" ] ||
+  { echo "FAIL: bench --plot wrote no chart"; failures=$((failures + 1)); }
+run bench --plot_only --compare="$dir/a.json" --plot="$dir/again.png"
 
 # A tolerance no BF16 result can meet must fail the check with exit 1.
 "$cli" run "$target" --shape=64x64x64 --check --tolerance=1e-12 >/dev/null 2>&1
