@@ -146,6 +146,13 @@ class LoadGenerator::Run {
       : public grpc::ClientBidiReactor<v1::MatmulRequest, v1::MatmulResponse> {
    public:
     StreamCall(Run& run, Slot& slot) : run_(run), slot_(slot) {
+      // The stream lives for the level: its deadline is the longest the
+      // level can take, so that a daemon that stops answering ends it.
+      const LoadOptions& o = run.options_;
+      const absl::Duration window =
+          o.window_requests > 0 ? o.timeout : o.window;
+      context_.set_deadline(absl::ToChronoTime(
+          absl::Now() + o.warmup + o.max_windows * window + o.timeout));
       slot.stub->async()->MatmulStream(&context_, this);
       StartCall();
     }
