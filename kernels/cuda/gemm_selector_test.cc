@@ -61,6 +61,14 @@ TEST(GemmSelectorKey, NamesShapeLayoutDtypeBatch) {
   p.batch = 5;
   EXPECT_EQ(GemmSelector::Key(p), "5120x2048x2048:NT:fp32:b8:bcastA");
   EXPECT_EQ(CanonicalProblem(p).batch, 8);
+  // Pointer-array launches (the batcher's) are a mode of their own, and
+  // their canonical problem keeps it.
+  const void* entries[5] = {};
+  void* outputs[5] = {};
+  p.a.pointers = p.b.pointers = entries;
+  p.c.pointers = outputs;
+  EXPECT_EQ(GemmSelector::Key(p), "5120x2048x2048:NT:fp32:b8:ptr");
+  EXPECT_EQ(GemmSelector::Key(CanonicalProblem(p)), GemmSelector::Key(p));
 }
 
 class GemmSelectorTest : public ::testing::Test {
