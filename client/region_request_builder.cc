@@ -9,12 +9,6 @@
 namespace matmul {
 namespace {
 
-constexpr uint64_t kAlignment = 64;
-
-uint64_t AlignUp(uint64_t offset) {
-  return (offset + kAlignment - 1) / kAlignment * kAlignment;
-}
-
 bool Rank3(const v1::MatmulRequest& request) {
   return request.a().shape_size() == 3 || request.b().shape_size() == 3;
 }
@@ -53,15 +47,19 @@ absl::Status CheckInline(const v1::Tensor& tensor, const char* name) {
 
 }  // namespace
 
+uint64_t AlignRegionOffset(uint64_t offset) { return (offset + 63) / 64 * 64; }
+
 absl::StatusOr<uint64_t> RegionBytesNeeded(
     const v1::MatmulRequest& inline_request, RegionPlacement placement,
     uint64_t base_offset) {
   uint64_t end = base_offset;
-  if (placement.a) end = AlignUp(end) + inline_request.a().inline_data().size();
-  if (placement.b) end = AlignUp(end) + inline_request.b().inline_data().size();
+  if (placement.a)
+    end = AlignRegionOffset(end) + inline_request.a().inline_data().size();
+  if (placement.b)
+    end = AlignRegionOffset(end) + inline_request.b().inline_data().size();
   if (placement.c) {
     ASSIGN_OR_RETURN(uint64_t c_bytes, OutputBytes(inline_request));
-    end = AlignUp(end) + c_bytes;
+    end = AlignRegionOffset(end) + c_bytes;
   }
   return end;
 }
@@ -93,7 +91,7 @@ absl::StatusOr<RegionRequest> PlaceInRegion(
   // Copies the tensor's bytes to the next aligned offset and points the
   // tensor there.
   auto place = [&](v1::Tensor* tensor) {
-    const uint64_t offset = AlignUp(next);
+    const uint64_t offset = AlignRegionOffset(next);
     const std::string& bytes = tensor->inline_data();
     std::memcpy(region_memory.data() + offset, bytes.data(), bytes.size());
     next = offset + bytes.size();

@@ -55,6 +55,10 @@ struct RegionRequest {
   uint64_t end_offset_bytes = 0;
 };
 
+// Where PlaceInRegion puts an operand that would start at `offset`: the
+// next multiple of 64 bytes.
+uint64_t AlignRegionOffset(uint64_t offset);
+
 // Region bytes PlaceInRegion needs for `inline_request` at `base_offset`
 // (each operand starts on a 64-byte boundary).
 absl::StatusOr<uint64_t> RegionBytesNeeded(

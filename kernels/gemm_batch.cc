@@ -20,16 +20,15 @@ const void* Entry(const void* data, const void* const* pointers,
          b * batch_stride * static_cast<int64_t>(element);
 }
 
-// The largest power of two up to 16 that divides every address.
-int CommonAlignment(const std::vector<const void*>& pointers) {
+}  // namespace
+
+int CommonAlignment(absl::Span<const void* const> pointers) {
   uintptr_t bits = 16;
   for (const void* pointer : pointers) {
     bits |= reinterpret_cast<uintptr_t>(pointer);
   }
   return static_cast<int>(bits & -bits);
 }
-
-}  // namespace
 
 std::string BatchKey(const GemmProblem& p) {
   return absl::StrCat(p.m, "x", p.n, "x", p.k, "|a", p.a.strides.row, ",",
@@ -74,8 +73,9 @@ absl::StatusOr<CombinedProblem> CombinedProblem::Combine(
   p.c.pointers = combined.c_.data();
   p.a.pointer_alignment = CommonAlignment(combined.a_);
   p.b.pointer_alignment = CommonAlignment(combined.b_);
-  p.c.pointer_alignment =
-      CommonAlignment({combined.c_.begin(), combined.c_.end()});
+  const std::vector<const void*> c_entries(combined.c_.begin(),
+                                           combined.c_.end());
+  p.c.pointer_alignment = CommonAlignment(c_entries);
   return combined;
 }
 

@@ -20,6 +20,10 @@ namespace matmul {
 // beta (bit-exact). Batch sizes and pointers may differ.
 std::string BatchKey(const GemmProblem& problem);
 
+// The largest power of two up to 16 that divides every address: what a
+// pointer array's pointer_alignment says of its entries.
+int CommonAlignment(absl::Span<const void* const> pointers);
+
 // A pointer-array problem over several products, owning its arrays (host
 // memory). Movable, not copyable: `problem` points into the vectors.
 class CombinedProblem {

@@ -68,6 +68,7 @@ TEST(CombinedProblemTest, EveryEntryOfEveryPartInOrder) {
   EXPECT_EQ(at(p.a.pointers[3]), 0x2000000u);
   EXPECT_EQ(at(p.b.pointers[2]), 0x2010000u + 48 * 2);      // BF16
   EXPECT_EQ(at(p.c.pointers[3]), 0x2020000u + 24 * 2 * 2);  // BF16 C
+  EXPECT_EQ(p.a.pointer_alignment, 16);
   // The problem survives a move (it points into the owned arrays).
   CombinedProblem moved = *std::move(combined);
   EXPECT_EQ(at(moved.problem().b.pointers[1]), 0x2010000u);
@@ -86,6 +87,18 @@ TEST(CombinedProblemTest, PointerArrayPartsAndFp32Output) {
   EXPECT_EQ(combined->a_pointers()[3], a[1]);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(combined->c_pointers()[1]),
             0x1020000u + 24 * 4);
+}
+
+TEST(CommonAlignmentTest, LargestPowerOfTwoUpTo16) {
+  auto at = [](uintptr_t address) {
+    return reinterpret_cast<const void*>(address);
+  };
+  const void* aligned[] = {at(0x1000), at(0x2040)};
+  EXPECT_EQ(CommonAlignment(aligned), 16);
+  const void* mixed[] = {at(0x1000), at(0x1024), at(0x1008)};
+  EXPECT_EQ(CommonAlignment(mixed), 4);
+  const void* odd[] = {at(0x1000), at(0x1001)};
+  EXPECT_EQ(CommonAlignment(odd), 1);
 }
 
 TEST(CombinedProblemTest, RefusesEmptyAndMismatchedParts) {

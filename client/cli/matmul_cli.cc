@@ -25,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/cli/exit_codes.h"
 #include "client/cli/matmul_cli_bench.h"
 #include "client/client.h"
 #include "client/cuda_memory.h"
@@ -83,10 +84,6 @@ ABSL_FLAG(std::string, shm_prefix, "matmul",
 
 namespace matmul::cli {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
 constexpr char kUsage[] = R"(a command-line client for the matmul daemon.
 

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "client/bench/bench_report.h"
 #include "client/bench/load_generator.h"
+#include "client/cli/exit_codes.h"
 #include "client/client.h"
 #include "client/cuda_memory.h"
 #include "client/region_request_builder.h"
@@ -28,6 +29,7 @@
 #include "client/request_builder.h"
 #include "client/session.h"
 #include "client/shared_memory_segment.h"
+#include "common/bf16.h"
 #include "common/status_macros.h"
 
 // Shared with `run` (defined in matmul_cli.cc).
@@ -85,10 +87,6 @@ ABSL_FLAG(std::string, label, "this run",
 
 namespace matmul::cli {
 namespace {
-
-constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
 struct BenchOptions {
   std::string target;
@@ -210,8 +208,6 @@ struct Workload {
   std::vector<v1::MatmulRequest> requests;
 };
 
-uint64_t AlignUp(uint64_t offset) { return (offset + 63) / 64 * 64; }
-
 absl::Status PrepareWorkload(Client& client, const BenchOptions& o, int slots,
                              Workload& w) {
   std::mt19937_64 rng(o.seed);
@@ -225,8 +221,9 @@ absl::Status PrepareWorkload(Client& client, const BenchOptions& o, int slots,
   const uint64_t a_bytes = first.a().inline_data().size();
   const uint64_t c_bytes = static_cast<uint64_t>(o.spec.m) * o.spec.n *
                            DTypeSize(o.spec.resolved_out_dtype());
-  const uint64_t per_slot = AlignUp(a_bytes) + AlignUp(c_bytes);
-  const uint64_t total = AlignUp(first_end) + (slots - 1) * per_slot;
+  const uint64_t per_slot =
+      AlignRegionOffset(a_bytes) + AlignRegionOffset(c_bytes);
+  const uint64_t total = AlignRegionOffset(first_end) + (slots - 1) * per_slot;
 
   ASSIGN_OR_RETURN(w.session,
                    Session::Open(client, "matmul-cli bench", o.timeout));
@@ -257,18 +254,13 @@ absl::Status PrepareWorkload(Client& client, const BenchOptions& o, int slots,
   w.requests.push_back(placed.request);
   // Further slots: fresh random A, their own C, slot 0's B.
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  uint64_t next = AlignUp(first_end);
+  uint64_t next = AlignRegionOffset(first_end);
   for (int slot = 1; slot < slots; ++slot) {
     const uint64_t a_offset = next;
-    const uint64_t c_offset = AlignUp(a_offset + a_bytes);
-    next = c_offset + AlignUp(c_bytes);
+    const uint64_t c_offset = AlignRegionOffset(a_offset + a_bytes);
+    next = c_offset + AlignRegionOffset(c_bytes);
     uint16_t* a = reinterpret_cast<uint16_t*>(memory.data() + a_offset);
-    for (uint64_t i = 0; i < a_bytes / 2; ++i) {
-      const float value = uniform(rng);
-      uint32_t bits;
-      std::memcpy(&bits, &value, sizeof(bits));
-      a[i] = static_cast<uint16_t>(bits >> 16);
-    }
+    for (uint64_t i = 0; i < a_bytes / 2; ++i) a[i] = FloatToBf16(uniform(rng));
     v1::MatmulRequest request = placed.request;
     request.mutable_a()->mutable_region()->set_offset_bytes(a_offset);
     request.mutable_c()->mutable_region()->set_offset_bytes(c_offset);

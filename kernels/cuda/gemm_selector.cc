@@ -21,6 +21,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/own_kernels.h"
+#include "kernels/gemm_batch.h"
 #include "nlohmann/json.hpp"
 
 namespace matmul::cuda {
@@ -139,16 +140,12 @@ class TimingData {
         copy.b.pointers = device + p.batch;
         copy.c.pointers = const_cast<void* const*>(device + 2 * p.batch);
         // As the batcher's arrays say: the alignment all entries share.
-        auto alignment = [&](int64_t first, int64_t count) {
-          uintptr_t bits = 16;
-          for (int64_t i = first; i < first + count; ++i) {
-            bits |= reinterpret_cast<uintptr_t>(host[i]);
-          }
-          return static_cast<int>(bits & -bits);
-        };
-        copy.a.pointer_alignment = alignment(0, p.batch);
-        copy.b.pointer_alignment = alignment(p.batch, p.batch);
-        copy.c.pointer_alignment = alignment(2 * p.batch, p.batch);
+        const absl::Span<const void* const> entries(host);
+        copy.a.pointer_alignment = CommonAlignment(entries.subspan(0, p.batch));
+        copy.b.pointer_alignment =
+            CommonAlignment(entries.subspan(p.batch, p.batch));
+        copy.c.pointer_alignment =
+            CommonAlignment(entries.subspan(2 * p.batch, p.batch));
         data.buffers_.push_back(std::move(arrays));
       }
       data.problems_.push_back(copy);
