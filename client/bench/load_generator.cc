@@ -116,6 +116,7 @@ class LoadGenerator::Run {
     stats.errors = errors_;
     errors_ = 0;
     if (first_error->empty()) *first_error = first_error_;
+    first_error_.clear();  // the next window's first, if any
     stats.requests = static_cast<int64_t>(samples->size());
     stats.seconds = Seconds(now - window_start_);
     window_start_ = now;
@@ -381,7 +382,10 @@ absl::StatusOr<LevelResult> LoadGenerator::RunLevel(
   std::vector<Sample> samples;
   std::string first_error;
   absl::SleepFor(options.warmup);
-  run.Take(&samples, &first_error);  // discarded: warm-up
+  {
+    std::string warmup_error;           // warm-up errors are not the level's
+    run.Take(&samples, &warmup_error);  // discarded: warm-up
+  }
 
   std::vector<WindowStats> windows;
   std::deque<std::vector<Sample>> recent;  // the last stable_windows
