@@ -54,6 +54,13 @@ ABSL_FLAG(int64_t, worker_spin_us, 0,
           "sleeps: saves the wake-up latency (tens of microseconds on some "
           "hosts) for requests that arrive meanwhile, at the price of a busy "
           "core per worker. 0: sleep at once.");
+ABSL_FLAG(int64_t, ring_poll_spin_us, 200,
+          "How long the poller of a shared-memory request ring (AttachRing) "
+          "spins after its last request before it sleeps on the ring's "
+          "futex: a busy core while it spins, a wake-up for a request that "
+          "finds it asleep.");
+ABSL_FLAG(int, max_rings, 64,
+          "Request rings attached at once (each has a poller thread).");
 ABSL_FLAG(int64_t, max_queue_delay_us, 0,
           "How long an idle worker may wait for a batch to fill, measured "
           "from its oldest request. 0: never wait; batches then hold what "
@@ -172,6 +179,9 @@ int main(int argc, char** argv) {
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.limits.max_dimension = absl::GetFlag(FLAGS_max_dimension);
   options.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);
+  options.rings.poll_spin =
+      absl::Microseconds(absl::GetFlag(FLAGS_ring_poll_spin_us));
+  options.rings.max_rings = absl::GetFlag(FLAGS_max_rings);
   options.regions.max_regions_per_session =
       absl::GetFlag(FLAGS_max_regions_per_session);
   options.regions.max_bytes_per_session =

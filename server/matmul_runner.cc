@@ -13,10 +13,10 @@ void MatmulRunner::RunBatch(
   for (const std::unique_ptr<PendingProduct>& product : batch) {
     // A call past its deadline is also cancelled by gRPC: test the deadline
     // first so the status says why.
-    if (absl::FromChrono(product->context->deadline()) < started) {
+    if (product->control.deadline < started) {
       std::move(product->finish)(absl::DeadlineExceededError(
           "the request's deadline passed while it waited in the queue"));
-    } else if (product->context->IsCancelled()) {
+    } else if (product->control.cancelled && product->control.cancelled()) {
       std::move(product->finish)(
           absl::CancelledError("the call was cancelled before it ran"));
     } else {

@@ -71,7 +71,7 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   server->registry_ = std::make_unique<RegionRegistry>(options.regions);
   server->service_ = std::make_unique<MatmulServiceImpl>(
       server->lanes_, *server->metrics_, *server->registry_, options.limits,
-      max_concurrent);
+      max_concurrent, options.shm_prefix, options.rings);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -31,6 +31,7 @@ struct ServerOptions {
   ValidationLimits limits;
   RegionRegistryOptions regions;
   std::string shm_prefix = "matmul";
+  RingOptions rings;
 };
 
 class MatmulServer {

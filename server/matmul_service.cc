@@ -21,12 +21,16 @@ MatmulServiceImpl::MatmulServiceImpl(std::vector<DeviceLane>& lanes,
                                      ServerMetrics& metrics,
                                      RegionRegistry& registry,
                                      const ValidationLimits& limits,
-                                     int max_concurrent_requests)
+                                     int max_concurrent_requests,
+                                     std::string shm_prefix,
+                                     const RingOptions& rings)
     : lanes_(lanes),
       metrics_(metrics),
       registry_(registry),
       limits_(limits),
-      max_concurrent_requests_(max_concurrent_requests) {}
+      max_concurrent_requests_(max_concurrent_requests),
+      shm_prefix_(std::move(shm_prefix)),
+      ring_options_(rings) {}
 
 absl::StatusOr<DeviceLane*> MatmulServiceImpl::LaneFor(
     const BoundOperands& operands) {
@@ -68,7 +72,12 @@ DeviceLane& MatmulServiceImpl::LaneFor(
   return lanes_.front();
 }
 
-void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
+CallControl GrpcCallControl(grpc::CallbackServerContext* context) {
+  return CallControl{.deadline = absl::FromChrono(context->deadline()),
+                     .cancelled = [context] { return context->IsCancelled(); }};
+}
+
+void MatmulServiceImpl::Submit(CallControl control,
                                const v1::MatmulRequest* request,
                                v1::MatmulResponse* response,
                                absl::AnyInvocable<void(absl::Status) &&> done) {
@@ -80,7 +89,7 @@ void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
     metrics_.RequestFinished();
     std::move(done)(std::move(status));
   };
-  if (absl::FromChrono(context->deadline()) <= accepted) {
+  if (control.deadline <= accepted) {
     finish(absl::DeadlineExceededError(
         "the request's deadline had passed when it arrived"));
     return;
@@ -113,7 +122,7 @@ void MatmulServiceImpl::Submit(grpc::CallbackServerContext* context,
   product->plan = *std::move(plan);
   product->request = request;
   product->response = response;
-  product->context = context;
+  product->control = std::move(control);
   product->accepted = accepted;
   product->finish = std::move(finish);
   // Submit moves from `product` only when it accepts it.
@@ -127,9 +136,10 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
     grpc::CallbackServerContext* context, const v1::MatmulRequest* request,
     v1::MatmulResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  Submit(context, request, response, [reactor](absl::Status status) {
-    reactor->Finish(ToGrpcStatus(status));
-  });
+  Submit(GrpcCallControl(context), request, response,
+         [reactor](absl::Status status) {
+           reactor->Finish(ToGrpcStatus(status));
+         });
   return reactor;
 }
 
@@ -154,10 +164,40 @@ grpc::ServerWriteReactor<v1::SessionEvent>* MatmulServiceImpl::OpenSession(
 
 void MatmulServiceImpl::CloseAllSessions() {
   absl::MutexLock lock(&sessions_mu_);
-  for (SessionReactor* session : sessions_) {
-    session->Close(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                "the server is shutting down"));
+  closing_ = true;
+  const grpc::Status stopping(grpc::StatusCode::UNAVAILABLE,
+                              "the server is shutting down");
+  for (SessionReactor* session : sessions_) session->Close(stopping);
+  for (RingReactor* ring : rings_) ring->Close(stopping);
+}
+
+grpc::ServerWriteReactor<v1::RingEvent>* MatmulServiceImpl::AttachRing(
+    grpc::CallbackServerContext* /*context*/,
+    const v1::AttachRingRequest* request) {
+  auto refuse = [](const absl::Status& status) {
+    return new RefusedRingReactor(ToGrpcStatus(status));
+  };
+  absl::StatusOr<std::unique_ptr<AttachedRing>> ring =
+      AttachedRing::Open(*request, shm_prefix_);
+  if (!ring.ok()) return refuse(ring.status());
+  absl::MutexLock lock(&sessions_mu_);
+  if (closing_) {
+    return refuse(absl::UnavailableError("the server is shutting down"));
   }
+  if (static_cast<int>(rings_.size()) >= ring_options_.max_rings) {
+    return refuse(absl::ResourceExhaustedError(absl::StrCat(
+        ring_options_.max_rings,
+        " rings are attached already (--max_rings); detach one or raise "
+        "the limit")));
+  }
+  auto* reactor =
+      new RingReactor(*this, *std::move(ring), request->session_id(),
+                      ring_options_.poll_spin, [this](RingReactor* done) {
+                        absl::MutexLock lock(&sessions_mu_);
+                        rings_.erase(done);
+                      });
+  rings_.insert(reactor);
+  return reactor;
 }
 
 grpc::ServerUnaryReactor* MatmulServiceImpl::RegisterRegion(

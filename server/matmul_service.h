@@ -18,18 +18,22 @@
 #include "server/regions/region_opener.h"
 #include "server/regions/region_registry.h"
 #include "server/request_validation.h"
+#include "server/ring/ring_reactor.h"
 #include "server/session_reactor.h"
 
 namespace matmul {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
+// The deadline and cancellation of a gRPC call.
+CallControl GrpcCallControl(grpc::CallbackServerContext* context);
 
 class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
  public:
   // `lanes` (at least one) must outlive the service.
   MatmulServiceImpl(std::vector<DeviceLane>& lanes, ServerMetrics& metrics,
                     RegionRegistry& registry, const ValidationLimits& limits,
-                    int max_concurrent_requests);
+                    int max_concurrent_requests, std::string shm_prefix,
+                    const RingOptions& rings);
 
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
                                    const v1::MatmulRequest* request,
@@ -58,18 +62,21 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::ListRegionsRequest* request,
       v1::ListRegionsResponse* response) override;
+  grpc::ServerWriteReactor<v1::RingEvent>* AttachRing(
+      grpc::CallbackServerContext* context,
+      const v1::AttachRingRequest* request) override;
 
-  // Ends every open session stream (their regions are released as their
-  // last requests finish), so that a graceful shutdown need not wait for
+  // Ends every open session and ring stream (regions are released as their
+  // last requests finish; rings stop taking requests, and what they queued
+  // is still answered), so that a graceful shutdown need not wait for
   // clients to hang up.
   void CloseAllSessions();
 
   // Validates `request` and queues its product; `done` runs exactly once,
   // on a worker thread or (for rejections) before Submit returns, with the
-  // request's final status. `context` gives deadline and cancellation and
-  // must outlive `done`.
-  void Submit(grpc::CallbackServerContext* context,
-              const v1::MatmulRequest* request, v1::MatmulResponse* response,
+  // request's final status. `request` and `response` must outlive `done`.
+  void Submit(CallControl control, const v1::MatmulRequest* request,
+              v1::MatmulResponse* response,
               absl::AnyInvocable<void(absl::Status) &&> done);
 
  private:
@@ -86,9 +93,13 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
   RegionRegistry& registry_;
   const ValidationLimits limits_;
   const int max_concurrent_requests_;
+  const std::string shm_prefix_;
+  const RingOptions ring_options_;
 
   absl::Mutex sessions_mu_;
   absl::flat_hash_set<SessionReactor*> sessions_ ABSL_GUARDED_BY(sessions_mu_);
+  absl::flat_hash_set<RingReactor*> rings_ ABSL_GUARDED_BY(sessions_mu_);
+  bool closing_ ABSL_GUARDED_BY(sessions_mu_) = false;
 };
 
 }  // namespace matmul

@@ -27,7 +27,7 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
   }
   StartRead(&reading_->request);
   Call* raw = call.get();
-  service_->Submit(context_, &raw->request, &raw->response,
+  service_->Submit(GrpcCallControl(context_), &raw->request, &raw->response,
                    [this, call = std::move(call)](absl::Status status) mutable {
                      Answer(std::move(call), std::move(status));
                    });

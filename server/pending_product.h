@@ -3,8 +3,7 @@
 #ifndef MATMUL_SERVER_PENDING_PRODUCT_H_
 #define MATMUL_SERVER_PENDING_PRODUCT_H_
 
-#include <grpcpp/grpcpp.h>
-
+#include <functional>
 #include <memory>
 
 #include "absl/functional/any_invocable.h"
@@ -17,13 +16,21 @@
 
 namespace matmul {
 
+// What the transport of a request says about its caller.
+struct CallControl {
+  // The request is dropped with DEADLINE_EXCEEDED if it has not run by then.
+  absl::Time deadline = absl::InfiniteFuture();
+  // True once the caller stopped waiting (the call was cancelled, the
+  // client went away): the request is dropped before it runs. May be empty.
+  std::function<bool()> cancelled;
+};
+
 struct PendingProduct {
   MatmulPlan plan;
   std::unique_ptr<BoundOperands> operands;
   const v1::MatmulRequest* request = nullptr;  // owned by the call
   v1::MatmulResponse* response = nullptr;      // owned by the call
-  // Deadline and cancellation of the call; outlives `finish`.
-  grpc::CallbackServerContext* context = nullptr;
+  CallControl control;
   absl::Time accepted;  // when the server took the request
   // Answers the call; run exactly once, with the final status.
   absl::AnyInvocable<void(absl::Status) &&> finish;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/request_ring.h"
 
 namespace matmul::bench {
 namespace {
@@ -91,6 +92,12 @@ class LoadGenerator::Run {
       slots.swap(free_);
       outstanding_ = static_cast<int>(slots.size());
     }
+    if (options_.ring != nullptr) {
+      for (Slot* slot : slots) {
+        ring_threads_.emplace_back([this, slot] { RingLoop(*slot); });
+      }
+      return;
+    }
     for (Slot* slot : slots) Send(*slot);
   }
 
@@ -131,6 +138,8 @@ class LoadGenerator::Run {
       slot_freed_.SignalAll();
     }
     if (pacer_.joinable()) pacer_.join();
+    for (std::thread& thread : ring_threads_) thread.join();
+    ring_threads_.clear();
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](int* outstanding) { return *outstanding == 0; }, &outstanding_));
@@ -246,9 +255,25 @@ class LoadGenerator::Run {
                                });
   }
 
+  // A slot's thread in ring mode: a blocking call, its answer, the next.
+  void RingLoop(Slot& slot) {
+    while (true) {
+      slot.sent = Clock::now();
+      const absl::Status status =
+          options_.ring->Call(*slot.request, &slot.response, options_.timeout);
+      const grpc::Status answer(static_cast<grpc::StatusCode>(status.code()),
+                                std::string(status.message()));
+      if (!OnAnswer(slot, answer, /*slot_alive=*/true, /*may_resend=*/false)) {
+        return;
+      }
+    }
+  }
+
   // An answer (or the failure of the call) for `slot`'s request; a slot
-  // whose stream broke is not used again.
-  void OnAnswer(Slot& slot, const grpc::Status& status, bool slot_alive) {
+  // whose stream broke is not used again. Sends the slot's next request
+  // (closed loop, `may_resend`); true when the slot should go on.
+  bool OnAnswer(Slot& slot, const grpc::Status& status, bool slot_alive,
+                bool may_resend = true) {
     const Clock::time_point now = Clock::now();
     bool resend = false;
     {
@@ -270,15 +295,17 @@ class LoadGenerator::Run {
       }
       if (stopping_ || !slot_alive) {
         --outstanding_;
+        return false;
       } else if (options_.request_rate > 0) {
         --outstanding_;
         free_.push_back(&slot);
         slot_freed_.Signal();
       } else {
-        resend = true;
+        resend = may_resend;
       }
     }
     if (resend) Send(slot);
+    return true;
   }
 
   // Open loop: request i is due at start + i / rate; it waits for a free
@@ -307,6 +334,7 @@ class LoadGenerator::Run {
   std::vector<Slot> slots_;
   Clock::time_point start_;
   std::thread pacer_;
+  std::vector<std::thread> ring_threads_;
 
   absl::Mutex mu_;
   absl::CondVar slot_freed_;
@@ -367,6 +395,10 @@ LoadGenerator::~LoadGenerator() = default;
 absl::StatusOr<LevelResult> LoadGenerator::RunLevel(
     const LoadOptions& options,
     const std::function<void(const std::vector<WindowStats>&)>& progress) {
+  if (options.ring != nullptr && (options.request_rate > 0 || options.stream)) {
+    return absl::InvalidArgumentError(
+        "a request ring runs closed loop only, without MatmulStream");
+  }
   if (options.concurrency < 1 || options.request_rate < 0 ||
       options.stable_windows < 1 ||
       options.max_windows < options.stable_windows ||

@@ -8,7 +8,8 @@
 // The statistics cover the requests of those last windows.
 //
 // Calls go through the gRPC callback API on `channels` connections, as
-// unary calls or over one MatmulStream per slot; each slot reuses its own
+// unary calls or over one MatmulStream per slot, or through a request ring
+// (one thread per slot); each slot reuses its own
 // request message (no copy per call), so the client's own cost per
 // request stays small next to the server's.
 #ifndef MATMUL_CLIENT_BENCH_LOAD_GENERATOR_H_
@@ -24,6 +25,10 @@
 #include "absl/time/time.h"
 #include "matmul/v1/matmul.grpc.pb.h"
 #include "matmul/v1/matmul.pb.h"
+
+namespace matmul {
+class RequestRing;
+}  // namespace matmul
 
 namespace matmul::bench {
 
@@ -45,6 +50,9 @@ struct LoadOptions {
   // Each slot keeps one MatmulStream open and sends its requests over it
   // (no per-call set-up), instead of one unary Matmul call per request.
   bool stream = false;
+  // When set, each slot is a thread that sends its requests through this
+  // shared-memory request ring (closed loop only) instead of gRPC.
+  RequestRing* ring = nullptr;
 };
 
 // What a window or a level measured.

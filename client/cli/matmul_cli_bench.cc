@@ -27,6 +27,7 @@
 #include "client/region_request_builder.h"
 #include "client/registered_region.h"
 #include "client/request_builder.h"
+#include "client/request_ring.h"
 #include "client/session.h"
 #include "client/shared_memory_segment.h"
 #include "common/bf16.h"
@@ -70,6 +71,13 @@ ABSL_FLAG(int, channels, 4,
 ABSL_FLAG(bool, stream, false,
           "bench: each slot sends its requests over one MatmulStream "
           "instead of one unary call each (less per-call overhead).");
+ABSL_FLAG(bool, ring, false,
+          "bench: send requests through a shared-memory request ring "
+          "(AttachRing; a daemon on this host, --mode shm, ipc or vmm, closed "
+          "loop) instead of gRPC calls: no socket round trip per request.");
+ABSL_FLAG(absl::Duration, ring_spin, absl::Microseconds(100),
+          "bench --ring: how long a waiting client polls for its answer "
+          "before it sleeps (a busy core per slot while it polls).");
 ABSL_FLAG(bool, csv, false, "bench: print CSV instead of the table.");
 ABSL_FLAG(std::string, save, "",
           "bench: also write the results as JSON to this file (for "
@@ -98,6 +106,8 @@ struct BenchOptions {
   std::vector<int> levels;
   bench::LoadOptions load;
   int channels = 4;
+  bool ring = false;
+  absl::Duration ring_spin;
   bool json = false;
   bool csv = false;
   std::string save;
@@ -173,6 +183,17 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   if (o.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--timeout must be positive");
   }
+  o.ring = absl::GetFlag(FLAGS_ring);
+  o.ring_spin = absl::GetFlag(FLAGS_ring_spin);
+  if (o.ring &&
+      (o.mode == "inline" || o.load.stream || o.load.request_rate > 0)) {
+    return absl::InvalidArgumentError(
+        "--ring needs --mode shm, ipc or vmm (the ring carries region "
+        "requests, not tensors), and excludes --stream and --request_rate");
+  }
+  if (o.ring_spin < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--ring_spin must be >= 0");
+  }
   o.channels = absl::GetFlag(FLAGS_channels);
   if (o.channels < 1 || o.channels > 256) {
     return absl::InvalidArgumentError("--channels must be in 1..256");
@@ -205,6 +226,7 @@ struct Workload {
   std::unique_ptr<SharedMemorySegment> segment;
   std::unique_ptr<CudaMemory> gpu;
   std::unique_ptr<RegisteredRegion> region;
+  std::unique_ptr<RequestRing> ring;  // --ring; destroyed before the session
   std::vector<v1::MatmulRequest> requests;
 };
 
@@ -267,6 +289,13 @@ absl::Status PrepareWorkload(Client& client, const BenchOptions& o, int slots,
     w.requests.push_back(std::move(request));
   }
   if (w.gpu != nullptr) RETURN_IF_ERROR(w.gpu->CopyFromHost(staging));
+  if (o.ring) {
+    ASSIGN_OR_RETURN(w.ring, RequestRing::Attach(client, *w.session,
+                                                 {.slots = slots,
+                                                  .spin = o.ring_spin,
+                                                  .shm_prefix = o.shm_prefix},
+                                                 o.timeout));
+  }
   return absl::OkStatus();
 }
 
@@ -365,11 +394,12 @@ int RunBenchCommand() {
   run.shape = absl::StrCat(o.spec.m, "x", o.spec.n, "x", o.spec.k, ":",
                            o.spec.transpose_a ? "T" : "N",
                            o.spec.transpose_b ? "T" : "N");
-  run.mode = o.mode;
+  run.mode = o.ring ? absl::StrCat(o.mode, " ring") : o.mode;
   run.flops_per_request = o.spec.flops();
   for (int level : o.levels) {
     bench::LoadOptions load = o.load;
     load.concurrency = level;
+    load.ring = workload.ring.get();
     absl::StatusOr<bench::LevelResult> result =
         (*generator)
             ->RunLevel(load,

@@ -1,0 +1,284 @@
+#include "client/request_ring.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/memory/memory.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/request_ring_layout.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/support/client_callback.h"
+
+namespace matmul {
+
+// Keeps one read pending for the life of the stream: the first read says
+// the daemon polls the ring, the last one (ok == false) that it detached.
+class RequestRing::Stream final
+    : public grpc::ClientReadReactor<v1::RingEvent> {
+ public:
+  Stream(Client& client, v1::AttachRingRequest request)
+      : request_(std::move(request)) {
+    context_.set_wait_for_ready(client.options().wait_for_ready);
+    client.stub().async()->AttachRing(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+
+  // OK once the daemon said it polls the ring, or why not, waiting up to
+  // `timeout`.
+  absl::Status WaitForAttached(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto arrived = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+      return attached_ || ended_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout);
+    if (attached_ && !ended_) return absl::OkStatus();
+    if (!ended_) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "AttachRing got no answer within ", absl::FormatDuration(timeout)));
+    }
+    if (!final_status_.ok()) return final_status_;
+    return absl::UnavailableError("the daemon closed AttachRing at once");
+  }
+
+  void CancelAndWait() {
+    context_.TryCancel();
+    done_.WaitForNotification();
+  }
+
+  bool ended() const {
+    absl::MutexLock lock(&mu_);
+    return ended_;
+  }
+
+  void OnReadDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ok) {
+        ended_ = true;
+        return;  // OnDone follows
+      }
+      attached_ = true;
+    }
+    StartRead(&event_);  // wait for the end of the stream
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      final_status_ = FromGrpcStatus(status);
+    }
+    done_.Notify();  // the last touch of this object by gRPC
+  }
+
+ private:
+  grpc::ClientContext context_;
+  const v1::AttachRingRequest request_;
+  v1::RingEvent event_;
+  mutable absl::Mutex mu_;
+  bool attached_ ABSL_GUARDED_BY(mu_) = false;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status final_status_ ABSL_GUARDED_BY(mu_);
+  absl::Notification done_;
+};
+
+absl::StatusOr<std::unique_ptr<RequestRing>> RequestRing::Attach(
+    Client& client, const Session& session, const RequestRingOptions& options,
+    absl::Duration timeout) {
+  if (options.slots < 1 || options.slots > static_cast<int>(ring::kMaxSlots)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring slots is ", options.slots, "; expected 1..", ring::kMaxSlots));
+  }
+  if (options.slot_bytes < static_cast<int>(ring::kMinSlotBytes) ||
+      options.slot_bytes > static_cast<int>(ring::kMaxSlotBytes) ||
+      options.slot_bytes % 64 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring slot_bytes is ", options.slot_bytes, "; expected a multiple of ",
+        "64 in ", ring::kMinSlotBytes, "..", ring::kMaxSlotBytes));
+  }
+  const auto slots = static_cast<uint32_t>(options.slots);
+  const auto slot_bytes = static_cast<uint32_t>(options.slot_bytes);
+  absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
+      SharedMemorySegment::Create(
+          static_cast<int64_t>(ring::RingBytes(slots, slot_bytes)),
+          options.shm_prefix);
+  if (!segment.ok()) return segment.status();
+  // The object reads as zeros: every atomic starts at 0, every slot kFree.
+  ring::RingHeader* header = ring::Header((*segment)->data());
+  header->magic = ring::kMagic;
+  header->version = ring::kVersion;
+  header->slot_count = slots;
+  header->slot_bytes = slot_bytes;
+
+  std::unique_ptr<RequestRing> ring =
+      absl::WrapUnique(new RequestRing(client, options, *std::move(segment)));
+  v1::AttachRingRequest request;
+  request.set_session_id(session.session_id());
+  request.set_shm_name(ring->segment_->name());
+  request.set_slot_count(slots);
+  request.set_slot_bytes(slot_bytes);
+  ring->stream_ = std::make_unique<Stream>(client, std::move(request));
+  if (absl::Status attached = ring->stream_->WaitForAttached(timeout);
+      !attached.ok()) {
+    return attached;  // the destructor ends the stream
+  }
+  // The daemon holds its own mapping now; no one else may open the name.
+  ring->segment_->Unlink();
+  return ring;
+}
+
+RequestRing::RequestRing(Client& client, const RequestRingOptions& options,
+                         std::unique_ptr<SharedMemorySegment> segment)
+    : client_(client), options_(options), segment_(std::move(segment)) {
+  for (int slot = options.slots - 1; slot >= 0; --slot) {
+    free_.push_back(static_cast<uint32_t>(slot));
+  }
+}
+
+RequestRing::~RequestRing() {
+  if (stream_ != nullptr) stream_->CancelAndWait();
+}
+
+bool RequestRing::attached() const { return !stream_->ended(); }
+
+absl::StatusOr<v1::MatmulResponse> RequestRing::Matmul(
+    const v1::MatmulRequest& request, absl::Duration timeout) {
+  v1::MatmulResponse response;
+  if (absl::Status status = Call(request, &response, timeout); !status.ok()) {
+    return status;
+  }
+  return response;
+}
+
+std::optional<uint32_t> RequestRing::AcquireSlot(absl::Time deadline) {
+  void* base = segment_->data();
+  const auto count = static_cast<uint32_t>(options_.slots);
+  const auto bytes = static_cast<uint32_t>(options_.slot_bytes);
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    for (size_t i = 0; i < abandoned_.size();) {
+      ring::SlotHeader* slot = ring::Slot(base, count, bytes, abandoned_[i]);
+      if (slot->state.load(std::memory_order_acquire) == ring::kDone) {
+        slot->state.store(ring::kFree, std::memory_order_relaxed);
+        free_.push_back(abandoned_[i]);
+        abandoned_[i] = abandoned_.back();
+        abandoned_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    if (!free_.empty()) {
+      const uint32_t slot = free_.back();
+      free_.pop_back();
+      return slot;
+    }
+    if (absl::Now() >= deadline) return std::nullopt;
+    // Slots come back through ReleaseSlot (which signals) or, abandoned
+    // ones, when the daemon answers them: look again shortly.
+    mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::vector<uint32_t>* free) { return !free->empty(); },
+            &free_),
+        absl::Milliseconds(1));
+  }
+}
+
+void RequestRing::ReleaseSlot(uint32_t slot) {
+  absl::MutexLock lock(&mu_);
+  free_.push_back(slot);
+}
+
+bool RequestRing::WaitForAnswer(uint32_t index, absl::Time deadline) {
+  ring::SlotHeader* slot =
+      ring::Slot(segment_->data(), options_.slots, options_.slot_bytes, index);
+  const absl::Time spin_until = absl::Now() + options_.spin;
+  absl::Time detached_at = absl::InfiniteFuture();
+  while (slot->state.load(std::memory_order_acquire) != ring::kDone) {
+    const absl::Time now = absl::Now();
+    if (now < spin_until) {
+      ring::CpuRelax();
+      continue;
+    }
+    if (now >= deadline) return false;
+    // Once the daemon detached, answers it was still writing get a moment.
+    if (detached_at == absl::InfiniteFuture() && stream_->ended()) {
+      detached_at = now;
+    }
+    if (now - detached_at > absl::Milliseconds(200)) return false;
+    slot->client_waiting.store(1);  // seq_cst: before the state re-check
+    if (slot->state.load() != ring::kDone) {
+      ring::FutexWait(slot->state, ring::kSubmitted,
+                      std::min(deadline - now, absl::Milliseconds(10)));
+    }
+    slot->client_waiting.store(0, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+absl::Status RequestRing::Call(const v1::MatmulRequest& request,
+                               v1::MatmulResponse* response,
+                               absl::Duration timeout) {
+  const size_t payload = ring::PayloadBytes(options_.slot_bytes);
+  const size_t bytes = request.ByteSizeLong();
+  if (!request.c().has_region() || bytes > payload) {
+    absl::StatusOr<v1::MatmulResponse> answer =
+        client_.Matmul(request, timeout);
+    if (!answer.ok()) return answer.status();
+    *response = *std::move(answer);
+    return absl::OkStatus();
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  std::optional<uint32_t> index = AcquireSlot(deadline);
+  if (!index.has_value()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no ring slot became free within ", absl::FormatDuration(timeout),
+        " (all ", options_.slots, " in flight)"));
+  }
+  void* base = segment_->data();
+  ring::SlotHeader* slot =
+      ring::Slot(base, options_.slots, options_.slot_bytes, *index);
+  request.SerializeWithCachedSizesToArray(
+      reinterpret_cast<uint8_t*>(ring::Payload(slot)));
+  slot->request_bytes = static_cast<uint32_t>(bytes);
+  slot->response_bytes = 0;
+  slot->timeout_ns = absl::ToInt64Nanoseconds(timeout);
+  slot->state.store(ring::kSubmitted, std::memory_order_release);
+
+  ring::RingHeader* header = ring::Header(base);
+  const uint32_t position = header->submit_tail.fetch_add(1);
+  ring::QueueEntry& entry = ring::Queue(base)[position % options_.slots];
+  entry.slot = *index;
+  entry.sequence.store(position + 1, std::memory_order_release);
+  header->doorbell.fetch_add(1);  // seq_cst: before the sleeping check
+  if (header->daemon_sleeping.load() != 0) ring::FutexWakeAll(header->doorbell);
+
+  if (!WaitForAnswer(*index, deadline)) {
+    absl::MutexLock lock(&mu_);
+    abandoned_.push_back(*index);
+    if (stream_->ended()) {
+      return absl::UnavailableError(
+          "the daemon detached the request ring (it is shutting down or "
+          "restarted) before it answered");
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat("no answer over the request ring within ",
+                     absl::FormatDuration(timeout)));
+  }
+  const uint32_t answer_bytes = slot->response_bytes;
+  const bool parsed = answer_bytes <= payload &&
+                      response->ParseFromArray(ring::Payload(slot),
+                                               static_cast<int>(answer_bytes));
+  slot->state.store(ring::kFree, std::memory_order_relaxed);
+  ReleaseSlot(*index);
+  if (!parsed) {
+    return absl::InternalError(absl::StrCat("the daemon's answer in ring slot ",
+                                            *index, " (", answer_bytes,
+                                            " bytes) is not a MatmulResponse"));
+  }
+  return ResponseStatus(*response);
+}
+
+}  // namespace matmul

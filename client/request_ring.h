@@ -1,0 +1,114 @@
+// matmul::RequestRing: sends MatmulRequests to a daemon on the same host
+// through a shared-memory ring (common/request_ring_layout.h) instead of a
+// gRPC call each. The ring is a shm object this process creates; AttachRing
+// hands it to the daemon, whose poller takes requests from it and writes
+// each answer back into the request's slot. A round trip then costs a few
+// cache-line transfers (both sides poll briefly, then sleep on futexes), not
+// a socket round trip and several thread wake-ups.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<RequestRing> ring,
+//                    RequestRing::Attach(*client, *session));
+//   ASSIGN_OR_RETURN(v1::MatmulResponse response,
+//                    ring->Matmul(request, absl::Seconds(10)));
+//
+// Requests act in `session` (its regions). A request whose output is inline
+// (no C region), or that does not fit a slot, goes over gRPC instead: the
+// ring carries descriptors, not tensors. Destroy the ring before its session
+// and client, and only once no call is in progress.
+#ifndef MATMUL_CLIENT_REQUEST_RING_H_
+#define MATMUL_CLIENT_REQUEST_RING_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "client/session.h"
+#include "client/shared_memory_segment.h"
+#include "matmul/v1/matmul.pb.h"
+
+namespace matmul {
+
+struct RequestRingOptions {
+  // Requests in flight at once; more callers wait for a free slot.
+  int slots = 64;
+  // Bytes per slot, its 64-byte header included: the largest serialized
+  // request or response is this minus 64. A multiple of 64.
+  int slot_bytes = 2048;
+  // How long a caller polls its slot before it sleeps on the slot's futex:
+  // a busy core while it polls, a wake-up when the answer finds it asleep.
+  absl::Duration spin = absl::Microseconds(100);
+  // Must match the daemon's --shm_prefix.
+  std::string shm_prefix = "matmul";
+};
+
+class RequestRing {
+ public:
+  // Creates the ring, attaches it and waits up to `timeout` for the daemon
+  // to say it polls it. The daemon's status when it refuses (bad options:
+  // INVALID_ARGUMENT; --max_rings reached: RESOURCE_EXHAUSTED).
+  static absl::StatusOr<std::unique_ptr<RequestRing>> Attach(
+      Client& client, const Session& session,
+      const RequestRingOptions& options = {},
+      absl::Duration timeout = absl::Seconds(30));
+
+  // Detaches (ends the AttachRing stream) and unmaps the ring.
+  ~RequestRing();
+
+  RequestRing(const RequestRing&) = delete;
+  RequestRing& operator=(const RequestRing&) = delete;
+
+  // Runs `request` and waits up to `timeout` for its answer; the response's
+  // in-band status becomes the returned status, as for Client::Matmul.
+  // Thread-safe. DEADLINE_EXCEEDED when no answer came in time (the daemon
+  // drops the request if it has not started it by then); UNAVAILABLE once
+  // the daemon has detached the ring (it shut down).
+  absl::StatusOr<v1::MatmulResponse> Matmul(const v1::MatmulRequest& request,
+                                            absl::Duration timeout);
+
+  // The same without copies: fills `response` (which may be reused from
+  // call to call) and returns its status.
+  absl::Status Call(const v1::MatmulRequest& request,
+                    v1::MatmulResponse* response, absl::Duration timeout);
+
+  // False once the daemon ended the AttachRing stream.
+  bool attached() const;
+
+  // The ring's shm object (unlinked once attached; mapped by both sides).
+  const std::string& shm_name() const { return segment_->name(); }
+
+ private:
+  class Stream;  // the AttachRing read reactor
+
+  RequestRing(Client& client, const RequestRingOptions& options,
+              std::unique_ptr<SharedMemorySegment> segment);
+
+  // A free slot, waiting up to `deadline` for one; nullopt on timeout.
+  std::optional<uint32_t> AcquireSlot(absl::Time deadline);
+  void ReleaseSlot(uint32_t slot);
+  // Waits for the slot's answer; false when `deadline` passed or the
+  // daemon detached the ring first.
+  bool WaitForAnswer(uint32_t slot, absl::Time deadline);
+
+  Client& client_;
+  const RequestRingOptions options_;
+  const std::unique_ptr<SharedMemorySegment> segment_;
+  std::unique_ptr<Stream> stream_;
+
+  absl::Mutex mu_;
+  std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
+  // Slots given up on (timed out) that the daemon still owns; they are
+  // reclaimed once it marks them done.
+  std::vector<uint32_t> abandoned_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_CLIENT_REQUEST_RING_H_

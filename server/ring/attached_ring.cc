@@ -1,0 +1,134 @@
+#include "server/ring/attached_ring.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace matmul {
+
+absl::StatusOr<std::unique_ptr<AttachedRing>> AttachedRing::Open(
+    const v1::AttachRingRequest& request, const std::string& shm_prefix) {
+  const uint32_t slots = request.slot_count();
+  const uint32_t slot_bytes = request.slot_bytes();
+  if (slots < 1 || slots > ring::kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "slot_count is ", slots, "; expected 1..", ring::kMaxSlots));
+  }
+  if (slot_bytes < ring::kMinSlotBytes || slot_bytes > ring::kMaxSlotBytes ||
+      slot_bytes % 64 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot_bytes is ", slot_bytes, "; expected a multiple of ",
+                     "64 in ", ring::kMinSlotBytes, "..", ring::kMaxSlotBytes));
+  }
+  const uint64_t bytes = ring::RingBytes(slots, slot_bytes);
+  absl::StatusOr<std::unique_ptr<ShmRegion>> mapping =
+      ShmRegion::Open(request.shm_name(), shm_prefix, 0, bytes);
+  if (!mapping.ok()) {
+    return absl::Status(mapping.status().code(),
+                        absl::StrCat("ring: ", mapping.status().message()));
+  }
+  const ring::RingHeader* header = ring::Header((*mapping)->host_data());
+  if (header->magic != ring::kMagic || header->version != ring::kVersion ||
+      header->slot_count != slots || header->slot_bytes != slot_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring: the header (magic ", header->magic, ", version ",
+        header->version, ", ", header->slot_count, " slots of ",
+        header->slot_bytes, " bytes) does not match the request (magic ",
+        ring::kMagic, ", version ", ring::kVersion, ", ", slots, " x ",
+        slot_bytes, ")"));
+  }
+  auto ring = std::unique_ptr<AttachedRing>(
+      new AttachedRing(*std::move(mapping), slots, slot_bytes));
+  // Clients reserve positions from the tail; start where they are.
+  ring->head_ = header->submit_tail.load(std::memory_order_acquire);
+  return ring;
+}
+
+AttachedRing::AttachedRing(std::unique_ptr<ShmRegion> mapping,
+                           uint32_t slot_count, uint32_t slot_bytes)
+    : mapping_(std::move(mapping)),
+      base_(mapping_->host_data()),
+      slot_count_(slot_count),
+      slot_bytes_(slot_bytes) {}
+
+ring::SlotHeader* AttachedRing::SlotAt(uint32_t index) const {
+  return ring::Slot(base_, slot_count_, slot_bytes_, index);
+}
+
+std::optional<uint32_t> AttachedRing::Take() {
+  while (true) {
+    ring::QueueEntry& entry = ring::Queue(base_)[head_ % slot_count_];
+    if (entry.sequence.load(std::memory_order_acquire) != head_ + 1) {
+      return std::nullopt;
+    }
+    const uint32_t slot = entry.slot;
+    ++head_;
+    if (slot < slot_count_ &&
+        SlotAt(slot)->state.load(std::memory_order_acquire) ==
+            ring::kSubmitted) {
+      return slot;
+    }
+  }
+}
+
+void AttachedRing::WaitForDoorbell(absl::Duration timeout) {
+  ring::RingHeader* header = ring::Header(base_);
+  header->daemon_sleeping.store(1);
+  const uint32_t rung = header->doorbell.load();
+  // A submission published before the load above is seen here; one after
+  // it changes the doorbell, so the futex returns at once.
+  const ring::QueueEntry& next = ring::Queue(base_)[head_ % slot_count_];
+  if (next.sequence.load(std::memory_order_acquire) != head_ + 1) {
+    ring::FutexWait(header->doorbell, rung, timeout);
+  }
+  header->daemon_sleeping.store(0);
+}
+
+absl::Status AttachedRing::ReadRequest(uint32_t slot,
+                                       v1::MatmulRequest* request,
+                                       absl::Duration* timeout) {
+  ring::SlotHeader* header = SlotAt(slot);
+  const uint32_t bytes = header->request_bytes;
+  const int64_t timeout_ns = header->timeout_ns;
+  const size_t capacity = ring::PayloadBytes(slot_bytes_);
+  if (bytes > capacity) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring slot ", slot, ": request_bytes is ", bytes,
+                     "; the payload holds ", capacity));
+  }
+  // The client may write the slot while we read: parse a private copy.
+  std::string copy(ring::Payload(header), bytes);
+  if (!request->ParseFromString(copy)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ring slot ", slot, ": the ", bytes,
+        " bytes there are not a serialized matmul.v1.MatmulRequest"));
+  }
+  *timeout =
+      timeout_ns > 0 ? absl::Nanoseconds(timeout_ns) : absl::ZeroDuration();
+  return absl::OkStatus();
+}
+
+void AttachedRing::Complete(uint32_t slot, const v1::MatmulResponse& response) {
+  ring::SlotHeader* header = SlotAt(slot);
+  const size_t capacity = ring::PayloadBytes(slot_bytes_);
+  const size_t bytes = response.ByteSizeLong();
+  if (bytes <= capacity) {
+    response.SerializeWithCachedSizesToArray(
+        reinterpret_cast<uint8_t*>(ring::Payload(header)));
+    header->response_bytes = static_cast<uint32_t>(bytes);
+  } else {
+    v1::MatmulResponse too_big;
+    too_big.set_request_id(response.request_id());
+    too_big.set_status_code(
+        static_cast<int32_t>(absl::StatusCode::kResourceExhausted));
+    too_big.set_status_message(absl::StrCat(
+        "the response (", bytes, " bytes) does not fit the ring slot (",
+        capacity, " bytes); send requests with an inline output over gRPC"));
+    too_big.SerializeToArray(ring::Payload(header), static_cast<int>(capacity));
+    header->response_bytes = static_cast<uint32_t>(too_big.ByteSizeLong());
+  }
+  header->state.store(ring::kDone);  // seq_cst: ordered before the load below
+  if (header->client_waiting.load() != 0) ring::FutexWakeAll(header->state);
+}
+
+}  // namespace matmul

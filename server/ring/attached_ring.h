@@ -1,0 +1,77 @@
+// The daemon's side of one request ring (common/request_ring_layout.h): the
+// client's shm object mapped here, read and written through checks only.
+// Thread-compatible for Take/WaitForDoorbell (one poller); ReadRequest and
+// Complete may run on any thread for distinct slots.
+#ifndef MATMUL_SERVER_RING_ATTACHED_RING_H_
+#define MATMUL_SERVER_RING_ATTACHED_RING_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/request_ring_layout.h"
+#include "matmul/v1/matmul.pb.h"
+#include "server/regions/shm_region.h"
+
+namespace matmul {
+
+class AttachedRing {
+ public:
+  // Maps the ring that `request` names and checks its header against the
+  // slot count and size it declares. INVALID_ARGUMENT for a bad name, a
+  // slot count outside 1..4096, a slot size outside 512 B..1 MiB or not a
+  // multiple of 64, an object smaller than RingBytes or a header that
+  // disagrees;
+  // NOT_FOUND / PERMISSION_DENIED as ShmRegion::Open says.
+  static absl::StatusOr<std::unique_ptr<AttachedRing>> Open(
+      const v1::AttachRingRequest& request, const std::string& shm_prefix);
+
+  uint32_t slot_count() const { return slot_count_; }
+
+  // The next slot a client submitted, or nullopt when the queue is empty.
+  // Entries naming a slot out of range or not in kSubmitted are skipped.
+  std::optional<uint32_t> Take();
+
+  // Sleeps until a client rings the doorbell or `timeout` passes (returns
+  // at once when a submission is already waiting).
+  void WaitForDoorbell(absl::Duration timeout);
+
+  // Copies the slot's request out of the mapping and parses it.
+  // INVALID_ARGUMENT when its length or bytes are not a MatmulRequest.
+  // `timeout` gets the slot's timeout (zero: none).
+  absl::Status ReadRequest(uint32_t slot, v1::MatmulRequest* request,
+                           absl::Duration* timeout);
+
+  // Writes `response` into the slot (or, when it does not fit, a
+  // RESOURCE_EXHAUSTED response that says so), marks it done and wakes its
+  // client.
+  void Complete(uint32_t slot, const v1::MatmulResponse& response);
+
+  // The client ended the AttachRing stream: its queued requests are
+  // dropped as cancelled.
+  void MarkClientGone() { client_gone_.store(true); }
+  bool client_gone() const { return client_gone_.load(); }
+
+ private:
+  AttachedRing(std::unique_ptr<ShmRegion> mapping, uint32_t slot_count,
+               uint32_t slot_bytes);
+
+  ring::SlotHeader* SlotAt(uint32_t index) const;
+
+  const std::unique_ptr<ShmRegion> mapping_;
+  void* const base_;
+  const uint32_t slot_count_;
+  const uint32_t slot_bytes_;
+  uint32_t head_ = 0;  // our own queue head: never read from the mapping
+  std::atomic<bool> client_gone_{false};
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_RING_ATTACHED_RING_H_

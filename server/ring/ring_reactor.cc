@@ -1,0 +1,101 @@
+#include "server/ring/ring_reactor.h"
+
+#include "absl/time/clock.h"
+#include "server/matmul_service.h"
+
+namespace matmul {
+
+RingReactor::RingReactor(MatmulServiceImpl& service,
+                         std::shared_ptr<AttachedRing> ring,
+                         std::string session_id, absl::Duration spin,
+                         std::function<void(RingReactor*)> on_done)
+    : service_(service),
+      ring_(std::move(ring)),
+      session_id_(std::move(session_id)),
+      spin_(spin),
+      on_done_(std::move(on_done)) {
+  event_.set_slot_count(ring_->slot_count());
+  poller_ = std::thread([this] { Poll(); });
+  StartWrite(&event_);
+}
+
+void RingReactor::Poll() {
+  absl::Time last_work = absl::Now();
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (std::optional<uint32_t> slot = ring_->Take()) {
+      Dispatch(*slot);
+      last_work = absl::Now();
+    } else if (absl::Now() - last_work < spin_) {
+      ring::CpuRelax();
+    } else {
+      // A bounded sleep, so that stop_ is seen without a wake-up.
+      ring_->WaitForDoorbell(absl::Milliseconds(20));
+    }
+  }
+}
+
+void RingReactor::Dispatch(uint32_t slot) {
+  struct Call {
+    v1::MatmulRequest request;
+    v1::MatmulResponse response;
+  };
+  auto call = std::make_unique<Call>();
+  absl::Duration timeout;
+  if (absl::Status read = ring_->ReadRequest(slot, &call->request, &timeout);
+      !read.ok()) {
+    call->response.set_status_code(static_cast<int32_t>(read.code()));
+    call->response.set_status_message(std::string(read.message()));
+    ring_->Complete(slot, call->response);
+    return;
+  }
+  // A ring acts in the session it was attached in, whatever the slot says.
+  call->request.set_session_id(session_id_);
+  CallControl control;
+  if (timeout > absl::ZeroDuration()) control.deadline = absl::Now() + timeout;
+  control.cancelled = [ring = ring_.get()] { return ring->client_gone(); };
+  Call* raw = call.get();
+  service_.Submit(
+      std::move(control), &raw->request, &raw->response,
+      [ring = ring_, slot,
+       call = std::move(call)](absl::Status status) mutable {
+        if (!status.ok()) {
+          call->response.Clear();
+          call->response.set_request_id(call->request.request_id());
+          call->response.set_status_code(static_cast<int32_t>(status.code()));
+          call->response.set_status_message(std::string(status.message()));
+        }
+        ring->Complete(slot, call->response);
+      });
+}
+
+void RingReactor::Close(const grpc::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+  }
+  Finish(status);
+}
+
+void RingReactor::OnWriteDone(bool ok) {
+  // After the event is delivered the stream stays open: nothing more to send.
+  if (!ok) {
+    ring_->MarkClientGone();
+    Close(grpc::Status(grpc::StatusCode::CANCELLED, "client gone"));
+  }
+}
+
+void RingReactor::OnCancel() {
+  ring_->MarkClientGone();
+  Close(grpc::Status(grpc::StatusCode::CANCELLED, "ring detached"));
+}
+
+void RingReactor::OnDone() {
+  stop_.store(true);
+  poller_.join();
+  on_done_(this);
+  // gRPC owns reactors by raw pointer; the reactor deletes itself here.
+  delete this;
+}
+
+}  // namespace matmul

@@ -1,0 +1,85 @@
+// One AttachRing call: maps the client's request ring, tells the client it
+// is attached, and runs a poller thread that takes each submitted slot,
+// submits its request to the service (in the ring's session) and writes
+// the answer back into the slot. The poller spins for `spin` after the
+// last submission, then sleeps on the ring's doorbell.
+//
+// The stream ends when the client cancels it (its process may be gone:
+// its queued requests are dropped) or when the daemon shuts down (queued
+// requests still run and are answered in their slots).
+#ifndef MATMUL_SERVER_RING_RING_REACTOR_H_
+#define MATMUL_SERVER_RING_RING_REACTOR_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "matmul/v1/matmul.pb.h"
+#include "server/ring/attached_ring.h"
+
+namespace matmul {
+
+class MatmulServiceImpl;
+
+struct RingOptions {
+  // How long a ring's poller spins after the last submission before it
+  // sleeps on the doorbell (a busy core while it spins; a futex wake-up,
+  // tens of microseconds on some hosts, for a request that finds it asleep).
+  absl::Duration poll_spin = absl::Microseconds(200);
+  // Rings attached at once (each has a poller thread); beyond this
+  // AttachRing answers RESOURCE_EXHAUSTED.
+  int max_rings = 64;
+};
+
+class RingReactor final : public grpc::ServerWriteReactor<v1::RingEvent> {
+ public:
+  // `ring` is open; `on_done` runs last, from OnDone.
+  RingReactor(MatmulServiceImpl& service, std::shared_ptr<AttachedRing> ring,
+              std::string session_id, absl::Duration spin,
+              std::function<void(RingReactor*)> on_done);
+
+  // Ends the stream (daemon shutdown). Safe to call more than once and
+  // concurrently with the client going away.
+  void Close(const grpc::Status& status);
+
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  void Poll();
+  void Dispatch(uint32_t slot);
+
+  MatmulServiceImpl& service_;
+  // Shared with every request in flight: their answers are written into
+  // the mapping after the stream may have ended.
+  const std::shared_ptr<AttachedRing> ring_;
+  const std::string session_id_;
+  const absl::Duration spin_;
+  std::function<void(RingReactor*)> on_done_;
+  v1::RingEvent event_;
+  std::atomic<bool> stop_{false};
+  std::thread poller_;
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// An AttachRing call refused before any ring was mapped: finishes at once
+// with `status`.
+class RefusedRingReactor final
+    : public grpc::ServerWriteReactor<v1::RingEvent> {
+ public:
+  explicit RefusedRingReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace matmul
+
+#endif  // MATMUL_SERVER_RING_RING_REACTOR_H_
