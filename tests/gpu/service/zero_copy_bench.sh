@@ -5,7 +5,9 @@
 # then 256x256x256 at concurrency 1 over the unix socket for the service's
 # own latency (end to end minus kernel), p50 and p99. Parts (PARTS, default
 # all): standalone, batching (daemon defaults), nobatch (--max_batch_size=1),
-# fast (workers that poll, --worker_spin_us, and clients on MatmulStream).
+# fast (workers that poll, --worker_spin_us, and clients on MatmulStream),
+# ring (requests through a shared-memory request ring, daemon defaults),
+# ringfast (the ring with polling workers).
 # Results (tables, JSON, the tuning cache) go to $OUT/zero_copy/. Run from
 # the repo root with the bundle unpacked.
 set -uo pipefail
@@ -63,6 +65,16 @@ for part in $PARTS; do
       daemon --worker_spin_us=1000
       seed_shapes ", stream, polling workers" "_fast" ipc --stream
       small ", stream, polling workers" "_fast" "ipc inline" --stream
+      stop_cuda_daemon 3 || rc=1 ;;
+    ring)
+      daemon
+      seed_shapes ", ring" "_ring" ipc --ring
+      small ", ring" "_ring" ipc --ring
+      stop_cuda_daemon 3 || rc=1 ;;
+    ringfast)
+      daemon --worker_spin_us=1000
+      seed_shapes ", ring, polling workers" "_ringfast" ipc --ring
+      small ", ring, polling workers" "_ringfast" ipc --ring
       stop_cuda_daemon 3 || rc=1 ;;
     *) echo "unknown part $part"; rc=1 ;;
   esac
