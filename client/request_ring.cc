@@ -127,12 +127,17 @@ absl::StatusOr<std::unique_ptr<RequestRing>> RequestRing::Attach(
   }
   // The daemon holds its own mapping now; no one else may open the name.
   ring->segment_->Unlink();
+  ring->completion_thread_ =
+      std::thread([raw = ring.get()] { raw->CompleteLoop(); });
   return ring;
 }
 
 RequestRing::RequestRing(Client& client, const RequestRingOptions& options,
                          std::unique_ptr<SharedMemorySegment> segment)
-    : client_(client), options_(options), segment_(std::move(segment)) {
+    : client_(client),
+      options_(options),
+      segment_(std::move(segment)),
+      pending_(options.slots) {
   for (int slot = options.slots - 1; slot >= 0; --slot) {
     free_.push_back(static_cast<uint32_t>(slot));
   }
@@ -140,9 +145,21 @@ RequestRing::RequestRing(Client& client, const RequestRingOptions& options,
 
 RequestRing::~RequestRing() {
   if (stream_ != nullptr) stream_->CancelAndWait();
+  stopping_.store(true);
+  if (completion_thread_.joinable()) {
+    ring::FutexWakeAll(ring::Header(segment_->data())->answers);
+    completion_thread_.join();
+  }
+  FailAsync(absl::InfiniteFuture(), /*all=*/true,
+            absl::CancelledError("the request ring was destroyed"));
 }
 
 bool RequestRing::attached() const { return !stream_->ended(); }
+
+bool RequestRing::NeedsGrpc(const v1::MatmulRequest& request) const {
+  return !request.c().has_region() ||
+         request.ByteSizeLong() > ring::PayloadBytes(options_.slot_bytes);
+}
 
 absl::StatusOr<v1::MatmulResponse> RequestRing::Matmul(
     const v1::MatmulRequest& request, absl::Duration timeout) {
@@ -176,8 +193,9 @@ std::optional<uint32_t> RequestRing::AcquireSlot(absl::Time deadline) {
       return slot;
     }
     if (absl::Now() >= deadline) return std::nullopt;
-    // Slots come back through ReleaseSlot (which signals) or, abandoned
-    // ones, when the daemon answers them: look again shortly.
+    // Slots come back through ReleaseSlot or FinishAsync (the condition is
+    // evaluated then) or, abandoned ones, when the daemon answers them:
+    // look again shortly.
     mu_.AwaitWithTimeout(
         absl::Condition(
             +[](std::vector<uint32_t>* free) { return !free->empty(); },
@@ -189,6 +207,29 @@ std::optional<uint32_t> RequestRing::AcquireSlot(absl::Time deadline) {
 void RequestRing::ReleaseSlot(uint32_t slot) {
   absl::MutexLock lock(&mu_);
   free_.push_back(slot);
+}
+
+void RequestRing::Submit(uint32_t index, const v1::MatmulRequest& request,
+                         absl::Duration timeout, bool notify) {
+  void* base = segment_->data();
+  ring::SlotHeader* slot =
+      ring::Slot(base, options_.slots, options_.slot_bytes, index);
+  // ByteSizeLong (in NeedsGrpc) cached the sizes this serialization uses.
+  slot->request_bytes = static_cast<uint32_t>(request.GetCachedSize());
+  request.SerializeWithCachedSizesToArray(
+      reinterpret_cast<uint8_t*>(ring::Payload(slot)));
+  slot->response_bytes = 0;
+  slot->notify = notify ? 1 : 0;
+  slot->timeout_ns = absl::ToInt64Nanoseconds(timeout);
+  slot->state.store(ring::kSubmitted, std::memory_order_release);
+
+  ring::RingHeader* header = ring::Header(base);
+  const uint32_t position = header->submit_tail.fetch_add(1);
+  ring::QueueEntry& entry = ring::SubmitQueue(base)[position % options_.slots];
+  entry.slot = index;
+  entry.sequence.store(position + 1, std::memory_order_release);
+  header->doorbell.fetch_add(1);  // seq_cst: before the sleeping check
+  if (header->daemon_sleeping.load() != 0) ring::FutexWakeAll(header->doorbell);
 }
 
 bool RequestRing::WaitForAnswer(uint32_t index, absl::Time deadline) {
@@ -218,12 +259,24 @@ bool RequestRing::WaitForAnswer(uint32_t index, absl::Time deadline) {
   return true;
 }
 
+absl::Status RequestRing::ReadAnswer(uint32_t index,
+                                     v1::MatmulResponse* response) {
+  ring::SlotHeader* slot =
+      ring::Slot(segment_->data(), options_.slots, options_.slot_bytes, index);
+  const uint32_t bytes = slot->response_bytes;
+  if (bytes > ring::PayloadBytes(options_.slot_bytes) ||
+      !response->ParseFromArray(ring::Payload(slot), static_cast<int>(bytes))) {
+    return absl::InternalError(absl::StrCat("the daemon's answer in ring slot ",
+                                            index, " (", bytes,
+                                            " bytes) is not a MatmulResponse"));
+  }
+  return ResponseStatus(*response);
+}
+
 absl::Status RequestRing::Call(const v1::MatmulRequest& request,
                                v1::MatmulResponse* response,
                                absl::Duration timeout) {
-  const size_t payload = ring::PayloadBytes(options_.slot_bytes);
-  const size_t bytes = request.ByteSizeLong();
-  if (!request.c().has_region() || bytes > payload) {
+  if (NeedsGrpc(request)) {
     absl::StatusOr<v1::MatmulResponse> answer =
         client_.Matmul(request, timeout);
     if (!answer.ok()) return answer.status();
@@ -231,33 +284,16 @@ absl::Status RequestRing::Call(const v1::MatmulRequest& request,
     return absl::OkStatus();
   }
   const absl::Time deadline = absl::Now() + timeout;
-  std::optional<uint32_t> index = AcquireSlot(deadline);
-  if (!index.has_value()) {
+  std::optional<uint32_t> slot = AcquireSlot(deadline);
+  if (!slot.has_value()) {
     return absl::DeadlineExceededError(absl::StrCat(
         "no ring slot became free within ", absl::FormatDuration(timeout),
         " (all ", options_.slots, " in flight)"));
   }
-  void* base = segment_->data();
-  ring::SlotHeader* slot =
-      ring::Slot(base, options_.slots, options_.slot_bytes, *index);
-  request.SerializeWithCachedSizesToArray(
-      reinterpret_cast<uint8_t*>(ring::Payload(slot)));
-  slot->request_bytes = static_cast<uint32_t>(bytes);
-  slot->response_bytes = 0;
-  slot->timeout_ns = absl::ToInt64Nanoseconds(timeout);
-  slot->state.store(ring::kSubmitted, std::memory_order_release);
-
-  ring::RingHeader* header = ring::Header(base);
-  const uint32_t position = header->submit_tail.fetch_add(1);
-  ring::QueueEntry& entry = ring::Queue(base)[position % options_.slots];
-  entry.slot = *index;
-  entry.sequence.store(position + 1, std::memory_order_release);
-  header->doorbell.fetch_add(1);  // seq_cst: before the sleeping check
-  if (header->daemon_sleeping.load() != 0) ring::FutexWakeAll(header->doorbell);
-
-  if (!WaitForAnswer(*index, deadline)) {
+  Submit(*slot, request, timeout, /*notify=*/false);
+  if (!WaitForAnswer(*slot, deadline)) {
     absl::MutexLock lock(&mu_);
-    abandoned_.push_back(*index);
+    abandoned_.push_back(*slot);
     if (stream_->ended()) {
       return absl::UnavailableError(
           "the daemon detached the request ring (it is shutting down or "
@@ -267,18 +303,130 @@ absl::Status RequestRing::Call(const v1::MatmulRequest& request,
         absl::StrCat("no answer over the request ring within ",
                      absl::FormatDuration(timeout)));
   }
-  const uint32_t answer_bytes = slot->response_bytes;
-  const bool parsed = answer_bytes <= payload &&
-                      response->ParseFromArray(ring::Payload(slot),
-                                               static_cast<int>(answer_bytes));
-  slot->state.store(ring::kFree, std::memory_order_relaxed);
-  ReleaseSlot(*index);
-  if (!parsed) {
-    return absl::InternalError(absl::StrCat("the daemon's answer in ring slot ",
-                                            *index, " (", answer_bytes,
-                                            " bytes) is not a MatmulResponse"));
+  absl::Status status = ReadAnswer(*slot, response);
+  ring::Slot(segment_->data(), options_.slots, options_.slot_bytes, *slot)
+      ->state.store(ring::kFree, std::memory_order_relaxed);
+  ReleaseSlot(*slot);
+  return status;
+}
+
+void RequestRing::CallAsync(const v1::MatmulRequest& request,
+                            v1::MatmulResponse* response,
+                            absl::Duration timeout, Callback done) {
+  if (NeedsGrpc(request)) {
+    client_.MatmulAsync(request, timeout,
+                        [response, done = std::move(done)](
+                            absl::StatusOr<v1::MatmulResponse> answer) mutable {
+                          if (answer.ok()) *response = *std::move(answer);
+                          std::move(done)(answer.status());
+                        });
+    return;
   }
-  return ResponseStatus(*response);
+  const absl::Time deadline = absl::Now() + timeout;
+  std::optional<uint32_t> slot = AcquireSlot(deadline);
+  if (!slot.has_value()) {
+    std::move(done)(absl::DeadlineExceededError(absl::StrCat(
+        "no ring slot became free within ", absl::FormatDuration(timeout),
+        " (all ", options_.slots, " in flight)")));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    Pending& pending = pending_[*slot];
+    pending.active = true;
+    pending.abandoned = false;
+    pending.response = response;
+    pending.deadline = deadline;
+    pending.done = std::move(done);
+  }
+  async_in_flight_.fetch_add(1);
+  Submit(*slot, request, timeout, /*notify=*/true);
+}
+
+void RequestRing::CompleteLoop() {
+  void* base = segment_->data();
+  ring::RingHeader* header = ring::Header(base);
+  ring::QueueEntry* queue = ring::CompleteQueue(base, options_.slots);
+  absl::Time last_answer = absl::Now();
+  absl::Time last_sweep = last_answer;
+  absl::Time detached_at = absl::InfiniteFuture();
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    ring::QueueEntry& next = queue[complete_head_ % options_.slots];
+    if (next.sequence.load(std::memory_order_acquire) == complete_head_ + 1) {
+      const uint32_t slot = next.slot;
+      ++complete_head_;
+      if (slot < static_cast<uint32_t>(options_.slots)) FinishAsync(slot);
+      last_answer = absl::Now();
+      continue;
+    }
+    const absl::Time now = absl::Now();
+    if (now - last_sweep > absl::Milliseconds(1)) {
+      last_sweep = now;
+      FailAsync(now, /*all=*/false,
+                absl::DeadlineExceededError(
+                    "no answer over the request ring before the deadline"));
+      if (detached_at == absl::InfiniteFuture() && stream_->ended()) {
+        detached_at = now;
+      }
+      // Answers the daemon was still writing when it detached get a moment.
+      if (now - detached_at > absl::Milliseconds(200)) {
+        FailAsync(now, /*all=*/true,
+                  absl::UnavailableError(
+                      "the daemon detached the request ring (it is shutting "
+                      "down or restarted) before it answered"));
+      }
+    }
+    if (now - last_answer < options_.spin) {
+      ring::CpuRelax();
+      continue;
+    }
+    header->client_sleeping.store(1);
+    const uint32_t seen = header->answers.load();
+    if (next.sequence.load() != complete_head_ + 1) {
+      // Deadlines are checked every few milliseconds while calls are out.
+      ring::FutexWait(header->answers, seen,
+                      async_in_flight_.load() > 0 ? absl::Milliseconds(5)
+                                                  : absl::Milliseconds(100));
+    }
+    header->client_sleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
+void RequestRing::FinishAsync(uint32_t slot) {
+  Callback done;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    Pending& pending = pending_[slot];
+    if (!pending.active) return;  // not ours: a stray entry
+    if (!pending.abandoned) {
+      status = ReadAnswer(slot, pending.response);
+      done = std::move(pending.done);
+    }
+    pending = Pending();
+    ring::Slot(segment_->data(), options_.slots, options_.slot_bytes, slot)
+        ->state.store(ring::kFree, std::memory_order_relaxed);
+    free_.push_back(slot);
+  }
+  async_in_flight_.fetch_sub(1);
+  if (done) std::move(done)(std::move(status));
+}
+
+void RequestRing::FailAsync(absl::Time now, bool all,
+                            const absl::Status& status) {
+  std::vector<Callback> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    for (Pending& pending : pending_) {
+      if (pending.active && !pending.abandoned &&
+          (all || pending.deadline < now)) {
+        // The slot stays the daemon's until its answer arrives.
+        pending.abandoned = true;
+        failed.push_back(std::move(pending.done));
+      }
+    }
+  }
+  for (Callback& done : failed) std::move(done)(status);
 }
 
 }  // namespace matmul

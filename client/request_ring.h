@@ -18,13 +18,16 @@
 #ifndef MATMUL_CLIENT_REQUEST_RING_H_
 #define MATMUL_CLIENT_REQUEST_RING_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -42,8 +45,9 @@ struct RequestRingOptions {
   // Bytes per slot, its 64-byte header included: the largest serialized
   // request or response is this minus 64. A multiple of 64.
   int slot_bytes = 2048;
-  // How long a caller polls its slot before it sleeps on the slot's futex:
-  // a busy core while it polls, a wake-up when the answer finds it asleep.
+  // How long a waiting caller (Call) or the completion thread (CallAsync)
+  // polls before it sleeps on a futex: a busy core while it polls, a
+  // wake-up when the answer finds it asleep.
   absl::Duration spin = absl::Microseconds(100);
   // Must match the daemon's --shm_prefix.
   std::string shm_prefix = "matmul";
@@ -59,7 +63,8 @@ class RequestRing {
       const RequestRingOptions& options = {},
       absl::Duration timeout = absl::Seconds(30));
 
-  // Detaches (ends the AttachRing stream) and unmaps the ring.
+  // Detaches (ends the AttachRing stream) and unmaps the ring; asynchronous
+  // calls still in flight get CANCELLED.
   ~RequestRing();
 
   RequestRing(const RequestRing&) = delete;
@@ -78,6 +83,17 @@ class RequestRing {
   absl::Status Call(const v1::MatmulRequest& request,
                     v1::MatmulResponse* response, absl::Duration timeout);
 
+  // Sends `request` and returns once it is in the ring (waiting, up to
+  // `timeout`, only when every slot is in flight). `done` runs once, on the
+  // ring's completion thread (or, when the request goes over gRPC, on a
+  // gRPC thread), with what Call would return; `response` is filled before
+  // and must live until then. `done` may send the next request. The way to
+  // keep many requests in flight: one thread reads every answer from the
+  // ring's completion queue, and the daemon need not wake anyone per answer.
+  using Callback = absl::AnyInvocable<void(absl::Status) &&>;
+  void CallAsync(const v1::MatmulRequest& request, v1::MatmulResponse* response,
+                 absl::Duration timeout, Callback done);
+
   // False once the daemon ended the AttachRing stream.
   bool attached() const;
 
@@ -90,23 +106,52 @@ class RequestRing {
   RequestRing(Client& client, const RequestRingOptions& options,
               std::unique_ptr<SharedMemorySegment> segment);
 
+  // An asynchronous call in flight, by slot.
+  struct Pending {
+    bool active = false;
+    bool abandoned = false;  // answered already (timeout, detach)
+    v1::MatmulResponse* response = nullptr;
+    absl::Time deadline;
+    Callback done;
+  };
+
+  // True when `request` travels over gRPC instead (inline output, or too
+  // large for a slot).
+  bool NeedsGrpc(const v1::MatmulRequest& request) const;
   // A free slot, waiting up to `deadline` for one; nullopt on timeout.
   std::optional<uint32_t> AcquireSlot(absl::Time deadline);
   void ReleaseSlot(uint32_t slot);
+  // Writes `request` into `slot` and publishes it to the daemon.
+  void Submit(uint32_t slot, const v1::MatmulRequest& request,
+              absl::Duration timeout, bool notify);
   // Waits for the slot's answer; false when `deadline` passed or the
   // daemon detached the ring first.
   bool WaitForAnswer(uint32_t slot, absl::Time deadline);
+  // Parses the slot's answer into `response`; its status.
+  absl::Status ReadAnswer(uint32_t slot, v1::MatmulResponse* response);
+  // The completion thread: reads the completion queue and finishes the
+  // asynchronous calls it names; fails those past their deadline.
+  void CompleteLoop();
+  void FinishAsync(uint32_t slot);
+  // Answers (with `status`) every asynchronous call past its deadline, or
+  // all of them when `all`.
+  void FailAsync(absl::Time now, bool all, const absl::Status& status);
 
   Client& client_;
   const RequestRingOptions options_;
   const std::unique_ptr<SharedMemorySegment> segment_;
   std::unique_ptr<Stream> stream_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> async_in_flight_{0};
+  uint32_t complete_head_ = 0;  // the completion thread's
+  std::thread completion_thread_;
 
   absl::Mutex mu_;
   std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
-  // Slots given up on (timed out) that the daemon still owns; they are
-  // reclaimed once it marks them done.
+  // Synchronous slots given up on (timed out) that the daemon still owns;
+  // they are reclaimed once it marks them done.
   std::vector<uint32_t> abandoned_ ABSL_GUARDED_BY(mu_);
+  std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace matmul

@@ -7,14 +7,20 @@
 // sleep on futexes in the shared mapping, so a round trip costs a few cache
 // line transfers instead of a socket round trip and several thread wake-ups.
 //
-//   [RingHeader][QueueEntry x slot_count][slot 0][slot 1]...   (64 B aligned)
+//   [RingHeader][submission queue][completion queue][slot 0][slot 1]...
+//   queues: QueueEntry x slot_count each; everything 64-byte aligned
 //   slot: [SlotHeader][payload: slot_bytes - sizeof(SlotHeader)]
 //
 // Submitting (client): write the request into a free slot, set its state to
-// kSubmitted, reserve a queue position (submit_tail), publish the slot index
-// there (QueueEntry::sequence = position + 1), bump the doorbell and wake
-// the daemon if it sleeps. Completing (daemon): write the response, set the
-// state to kDone and wake the client if it sleeps on the slot.
+// kSubmitted, reserve a submission queue position (submit_tail), publish the
+// slot index there (QueueEntry::sequence = position + 1), bump the doorbell
+// and wake the daemon if it sleeps. Completing (daemon): write the response
+// and set the state to kDone; then, for a slot marked `notify`, publish it
+// in the completion queue the same way (complete_tail), bump `answers` and
+// wake the client's completion thread if it sleeps; otherwise wake the
+// client if it sleeps on the slot itself. Many requests in flight are best
+// served by one client thread reading the completion queue: the daemon
+// then makes no system call per answer while that thread is busy.
 //
 // The daemon trusts nothing in the mapping: it keeps its own queue head,
 // checks every slot index, state and length, and copies a request out of
@@ -52,6 +58,12 @@ struct RingHeader {
   alignas(64) std::atomic<uint32_t> doorbell;
   // Set by the daemon before it sleeps on the doorbell.
   std::atomic<uint32_t> daemon_sleeping;
+  // Next completion queue position the daemon reserves.
+  alignas(64) std::atomic<uint32_t> complete_tail;
+  // Bumped after every completion queue entry: the client's futex word.
+  alignas(64) std::atomic<uint32_t> answers;
+  // Set by the client before it sleeps on `answers`.
+  std::atomic<uint32_t> client_sleeping;
 };
 
 struct QueueEntry {
@@ -64,6 +76,7 @@ struct alignas(64) SlotHeader {
   std::atomic<uint32_t> client_waiting;  // set before the client sleeps
   uint32_t request_bytes;
   uint32_t response_bytes;
+  uint32_t notify;  // 1: announce the answer in the completion queue
   // Time the request may wait in the daemon before it is dropped with
   // DEADLINE_EXCEEDED, from when the daemon takes it; 0: no limit.
   int64_t timeout_ns;
@@ -74,9 +87,15 @@ static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 
 inline constexpr size_t AlignUp64(size_t bytes) { return (bytes + 63) & ~63ul; }
 
-inline constexpr size_t QueueOffset() { return AlignUp64(sizeof(RingHeader)); }
+inline constexpr size_t SubmitQueueOffset() {
+  return AlignUp64(sizeof(RingHeader));
+}
+inline constexpr size_t CompleteQueueOffset(uint32_t slot_count) {
+  return AlignUp64(SubmitQueueOffset() + sizeof(QueueEntry) * slot_count);
+}
 inline constexpr size_t SlotsOffset(uint32_t slot_count) {
-  return AlignUp64(QueueOffset() + sizeof(QueueEntry) * slot_count);
+  return AlignUp64(CompleteQueueOffset(slot_count) +
+                   sizeof(QueueEntry) * slot_count);
 }
 // Total bytes of a ring; the shm object must be exactly this large.
 inline constexpr size_t RingBytes(uint32_t slot_count, uint32_t slot_bytes) {
@@ -88,9 +107,13 @@ inline constexpr size_t PayloadBytes(uint32_t slot_bytes) {
 
 // Views of a mapped ring (no checks: the caller validated the header).
 inline RingHeader* Header(void* base) { return static_cast<RingHeader*>(base); }
-inline QueueEntry* Queue(void* base) {
+inline QueueEntry* SubmitQueue(void* base) {
   return reinterpret_cast<QueueEntry*>(static_cast<char*>(base) +
-                                       QueueOffset());
+                                       SubmitQueueOffset());
+}
+inline QueueEntry* CompleteQueue(void* base, uint32_t slot_count) {
+  return reinterpret_cast<QueueEntry*>(static_cast<char*>(base) +
+                                       CompleteQueueOffset(slot_count));
 }
 inline SlotHeader* Slot(void* base, uint32_t slot_count, uint32_t slot_bytes,
                         uint32_t index) {

@@ -92,12 +92,6 @@ class LoadGenerator::Run {
       slots.swap(free_);
       outstanding_ = static_cast<int>(slots.size());
     }
-    if (options_.ring != nullptr) {
-      for (Slot* slot : slots) {
-        ring_threads_.emplace_back([this, slot] { RingLoop(*slot); });
-      }
-      return;
-    }
     for (Slot* slot : slots) Send(*slot);
   }
 
@@ -138,8 +132,6 @@ class LoadGenerator::Run {
       slot_freed_.SignalAll();
     }
     if (pacer_.joinable()) pacer_.join();
-    for (std::thread& thread : ring_threads_) thread.join();
-    ring_threads_.clear();
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](int* outstanding) { return *outstanding == 0; }, &outstanding_));
@@ -238,6 +230,18 @@ class LoadGenerator::Run {
   }
 
   void Send(Slot& slot) {
+    if (options_.ring != nullptr) {
+      slot.sent = Clock::now();
+      options_.ring->CallAsync(
+          *slot.request, &slot.response, options_.timeout,
+          [this, &slot](absl::Status status) {
+            OnAnswer(slot,
+                     grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                                  std::string(status.message())),
+                     /*slot_alive=*/true);
+          });
+      return;
+    }
     if (options_.stream) {
       if (slot.stream == nullptr) {
         slot.stream = std::make_unique<StreamCall>(*this, slot);
@@ -255,25 +259,9 @@ class LoadGenerator::Run {
                                });
   }
 
-  // A slot's thread in ring mode: a blocking call, its answer, the next.
-  void RingLoop(Slot& slot) {
-    while (true) {
-      slot.sent = Clock::now();
-      const absl::Status status =
-          options_.ring->Call(*slot.request, &slot.response, options_.timeout);
-      const grpc::Status answer(static_cast<grpc::StatusCode>(status.code()),
-                                std::string(status.message()));
-      if (!OnAnswer(slot, answer, /*slot_alive=*/true, /*may_resend=*/false)) {
-        return;
-      }
-    }
-  }
-
   // An answer (or the failure of the call) for `slot`'s request; a slot
-  // whose stream broke is not used again. Sends the slot's next request
-  // (closed loop, `may_resend`); true when the slot should go on.
-  bool OnAnswer(Slot& slot, const grpc::Status& status, bool slot_alive,
-                bool may_resend = true) {
+  // whose stream broke is not used again.
+  void OnAnswer(Slot& slot, const grpc::Status& status, bool slot_alive) {
     const Clock::time_point now = Clock::now();
     bool resend = false;
     {
@@ -295,17 +283,15 @@ class LoadGenerator::Run {
       }
       if (stopping_ || !slot_alive) {
         --outstanding_;
-        return false;
       } else if (options_.request_rate > 0) {
         --outstanding_;
         free_.push_back(&slot);
         slot_freed_.Signal();
       } else {
-        resend = may_resend;
+        resend = true;
       }
     }
     if (resend) Send(slot);
-    return true;
   }
 
   // Open loop: request i is due at start + i / rate; it waits for a free
@@ -334,7 +320,6 @@ class LoadGenerator::Run {
   std::vector<Slot> slots_;
   Clock::time_point start_;
   std::thread pacer_;
-  std::vector<std::thread> ring_threads_;
 
   absl::Mutex mu_;
   absl::CondVar slot_freed_;
@@ -395,9 +380,9 @@ LoadGenerator::~LoadGenerator() = default;
 absl::StatusOr<LevelResult> LoadGenerator::RunLevel(
     const LoadOptions& options,
     const std::function<void(const std::vector<WindowStats>&)>& progress) {
-  if (options.ring != nullptr && (options.request_rate > 0 || options.stream)) {
+  if (options.ring != nullptr && options.stream) {
     return absl::InvalidArgumentError(
-        "a request ring runs closed loop only, without MatmulStream");
+        "requests go through a request ring or a MatmulStream, not both");
   }
   if (options.concurrency < 1 || options.request_rate < 0 ||
       options.stable_windows < 1 ||

@@ -8,8 +8,8 @@
 // The statistics cover the requests of those last windows.
 //
 // Calls go through the gRPC callback API on `channels` connections, as
-// unary calls or over one MatmulStream per slot, or through a request ring
-// (one thread per slot); each slot reuses its own
+// unary calls or over one MatmulStream per slot, or through a request ring;
+// each slot reuses its own
 // request message (no copy per call), so the client's own cost per
 // request stays small next to the server's.
 #ifndef MATMUL_CLIENT_BENCH_LOAD_GENERATOR_H_
@@ -50,8 +50,8 @@ struct LoadOptions {
   // Each slot keeps one MatmulStream open and sends its requests over it
   // (no per-call set-up), instead of one unary Matmul call per request.
   bool stream = false;
-  // When set, each slot is a thread that sends its requests through this
-  // shared-memory request ring (closed loop only) instead of gRPC.
+  // When set, requests go through this shared-memory request ring
+  // (asynchronous calls, answered on its completion thread) instead of gRPC.
   RequestRing* ring = nullptr;
 };
 

@@ -73,11 +73,11 @@ ABSL_FLAG(bool, stream, false,
           "instead of one unary call each (less per-call overhead).");
 ABSL_FLAG(bool, ring, false,
           "bench: send requests through a shared-memory request ring "
-          "(AttachRing; a daemon on this host, --mode shm, ipc or vmm, closed "
-          "loop) instead of gRPC calls: no socket round trip per request.");
+          "(AttachRing; a daemon on this host, --mode shm, ipc or vmm) "
+          "instead of gRPC calls: no socket round trip per request.");
 ABSL_FLAG(absl::Duration, ring_spin, absl::Microseconds(100),
-          "bench --ring: how long a waiting client polls for its answer "
-          "before it sleeps (a busy core per slot while it polls).");
+          "bench --ring: how long the ring's completion thread polls for "
+          "answers before it sleeps (a busy core while it polls).");
 ABSL_FLAG(bool, csv, false, "bench: print CSV instead of the table.");
 ABSL_FLAG(std::string, save, "",
           "bench: also write the results as JSON to this file (for "
@@ -185,11 +185,10 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   }
   o.ring = absl::GetFlag(FLAGS_ring);
   o.ring_spin = absl::GetFlag(FLAGS_ring_spin);
-  if (o.ring &&
-      (o.mode == "inline" || o.load.stream || o.load.request_rate > 0)) {
+  if (o.ring && (o.mode == "inline" || o.load.stream)) {
     return absl::InvalidArgumentError(
         "--ring needs --mode shm, ipc or vmm (the ring carries region "
-        "requests, not tensors), and excludes --stream and --request_rate");
+        "requests, not tensors), and excludes --stream");
   }
   if (o.ring_spin < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--ring_spin must be >= 0");

@@ -10,7 +10,10 @@
 //    operands in GPU regions runs here.
 //  * RunDevice: operands already in device (or registered / unified)
 //    memory, e.g. CUDA IPC or registered regions; nothing is staged.
-//  * RunBatch: products of one BatchKey as one pointer-array launch.
+//  * RunBatch: products of one BatchKey as one pointer-array launch, or,
+//    when they all read the same B and that B outweighs their A and C, as
+//    one product of their A's stacked row-wise (gathered into one matrix;
+//    C scattered back after): B is then read once instead of once each.
 // Either way an operand whose strides have no unit dimension is packed to a
 // dense matrix first (the kernels need one contiguous dimension), and the
 // output is scattered back to its strides afterwards.
@@ -121,6 +124,10 @@ class CudaBackend : public GemmBackend {
   absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem, Lane& lane);
   absl::StatusOr<GemmRunInfo> RunDeviceOnLane(const GemmProblem& problem,
                                               Lane& lane);
+  // `batched`: a pointer-array product (arrays on the device) whose entries
+  // all read B at `shared_b`; runs as one stacked product (see above).
+  absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,
+                                         const void* shared_b, Lane& lane);
 
   const CudaBackendOptions options_;
   const DeviceInfo info_;

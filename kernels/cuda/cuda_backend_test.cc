@@ -187,6 +187,54 @@ TEST_F(CudaBackendTest, BatchedLaunchesGiveEveryProductItsOwnResult) {
   }
 }
 
+// Products that read one B (clients calling one layer) run as one stacked
+// product: their A's gathered row-wise, C scattered back. Rows of 200 bytes
+// take the element-wise copy, rows of 256 bytes the 16-byte one.
+TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
+  for (OperandLayout a : {OperandLayout::kRowMajor, OperandLayout::kColMajor}) {
+    for (int64_t k : {100, 128}) {
+      for (DType dtype : {DType::kBF16, DType::kFP32}) {
+        ProblemSpec spec;
+        spec.m = 24;
+        spec.n = 136;
+        spec.k = k;
+        spec.a = a;
+        spec.b = OperandLayout::kColMajor;  // nn.Linear's W
+        spec.c_dtype = dtype;
+        spec.beta = dtype == DType::kFP32 ? 0.5f : 0.0f;
+        SCOPED_TRACE(spec.Name());
+        constexpr int kProducts = 7;
+        std::vector<::matmul::testing::HostProblem> hosts;
+        std::vector<::matmul::testing::DeviceProblem> devices;
+        hosts.reserve(kProducts);
+        devices.reserve(kProducts);
+        std::vector<const GemmProblem*> problems;
+        for (int i = 0; i < kProducts; ++i) {
+          hosts.push_back(MakeHostProblem(spec, rng_));
+          // Every product's reference uses the first one's B.
+          std::copy(hosts.front().b.begin(), hosts.front().b.end(),
+                    hosts.back().b.begin());
+          auto device = ::matmul::testing::Upload(hosts.back());
+          ASSERT_TRUE(device.ok()) << device.status();
+          devices.push_back(*std::move(device));
+          devices.back().problem.b.data = devices.front().problem.b.data;
+          problems.push_back(&devices.back().problem);
+        }
+        auto info = backend_->RunBatch(problems, /*on_device=*/true);
+        ASSERT_TRUE(info.ok()) << info.status();
+        EXPECT_NE(info->kernel.find("+stacked"), std::string::npos)
+            << info->kernel;
+        for (int i = 0; i < kProducts; ++i) {
+          ASSERT_TRUE(::matmul::testing::Download(devices[i], hosts[i]).ok());
+          EXPECT_LT(::matmul::testing::CheckError(hosts[i]), 1e-2)
+              << "product " << i << ", " << info->kernel;
+          EXPECT_FALSE(::matmul::testing::OutsideWritten(hosts[i]));
+        }
+      }
+    }
+  }
+}
+
 // A request that mixes inline operands with operands in GPU regions runs
 // through RunHost: device operands are copied device to device (a strided
 // one gathered by a kernel), host ones staged.

@@ -44,6 +44,29 @@ __global__ void FillRandomKernel(__nv_bfloat16* data, int64_t count,
   }
 }
 
+// True when both sides' rows are contiguous and every row of every entry
+// starts on a 16-byte boundary and spans whole 16-byte words.
+template <typename View>
+bool RowsAreVectors(const View& view, int64_t cols, int element_bytes) {
+  const auto aligned = [](int64_t bytes) { return bytes % 16 == 0; };
+  if (view.strides.col != 1 || !aligned(cols * element_bytes) ||
+      !aligned(view.strides.row * element_bytes)) {
+    return false;
+  }
+  if (view.pointers != nullptr) return view.pointer_alignment >= 16;
+  return aligned(reinterpret_cast<uintptr_t>(view.data)) &&
+         aligned(view.strides.batch * element_bytes);
+}
+
+// The same view counted in 16-byte words instead of elements.
+template <typename View>
+View InWords(View view, int element_bytes) {
+  const int64_t per_word = 16 / element_bytes;
+  view.strides.batch /= per_word;
+  view.strides.row /= per_word;
+  return view;
+}
+
 int GridFor(int64_t total, int threads) {
   const int64_t blocks = (total + threads - 1) / threads;
   return static_cast<int>(blocks < 65536 ? (blocks > 0 ? blocks : 1) : 65536);
@@ -57,7 +80,15 @@ absl::Status CopyMatrix(const StridedView& src, const MutableStridedView& dst,
   const int64_t total = batch * rows * cols;
   if (total == 0) return absl::OkStatus();
   constexpr int kThreads = 256;
-  if (element_bytes == 2) {
+  if ((element_bytes == 2 || element_bytes == 4) &&
+      RowsAreVectors(src, cols, element_bytes) &&
+      RowsAreVectors(dst, cols, element_bytes)) {
+    const int64_t words = cols * element_bytes / 16;
+    CopyMatrixKernel<uint4>
+        <<<GridFor(batch * rows * words, kThreads), kThreads, 0, stream>>>(
+            InWords(src, element_bytes), InWords(dst, element_bytes), batch,
+            rows, words);
+  } else if (element_bytes == 2) {
     CopyMatrixKernel<uint16_t>
         <<<GridFor(total, kThreads), kThreads, 0, stream>>>(src, dst, batch,
                                                             rows, cols);

@@ -20,15 +20,19 @@ struct StridedView {
   const void* data = nullptr;
   const void* const* pointers = nullptr;
   Strides strides;
+  int pointer_alignment =
+      0;  // bytes every pointers[b] is aligned to; 0: unknown
 };
 struct MutableStridedView {
   void* data = nullptr;
   void* const* pointers = nullptr;
   Strides strides;
+  int pointer_alignment = 0;
 };
 
 // dst(b, i, j) = src(b, i, j) for b < batch, i < rows, j < cols, elements of
-// `element_bytes` (2 or 4) bytes, on `stream`.
+// `element_bytes` (2 or 4) bytes, on `stream`. Rows that are contiguous and
+// 16-byte aligned on both sides are copied 16 bytes at a time.
 absl::Status CopyMatrix(const StridedView& src, const MutableStridedView& dst,
                         int64_t batch, int64_t rows, int64_t cols,
                         int element_bytes, cudaStream_t stream);

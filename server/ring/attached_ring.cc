@@ -57,7 +57,7 @@ ring::SlotHeader* AttachedRing::SlotAt(uint32_t index) const {
 
 std::optional<uint32_t> AttachedRing::Take() {
   while (true) {
-    ring::QueueEntry& entry = ring::Queue(base_)[head_ % slot_count_];
+    ring::QueueEntry& entry = ring::SubmitQueue(base_)[head_ % slot_count_];
     if (entry.sequence.load(std::memory_order_acquire) != head_ + 1) {
       return std::nullopt;
     }
@@ -77,7 +77,7 @@ void AttachedRing::WaitForDoorbell(absl::Duration timeout) {
   const uint32_t rung = header->doorbell.load();
   // A submission published before the load above is seen here; one after
   // it changes the doorbell, so the futex returns at once.
-  const ring::QueueEntry& next = ring::Queue(base_)[head_ % slot_count_];
+  const ring::QueueEntry& next = ring::SubmitQueue(base_)[head_ % slot_count_];
   if (next.sequence.load(std::memory_order_acquire) != head_ + 1) {
     ring::FutexWait(header->doorbell, rung, timeout);
   }
@@ -127,8 +127,22 @@ void AttachedRing::Complete(uint32_t slot, const v1::MatmulResponse& response) {
     too_big.SerializeToArray(ring::Payload(header), static_cast<int>(capacity));
     header->response_bytes = static_cast<uint32_t>(too_big.ByteSizeLong());
   }
-  header->state.store(ring::kDone);  // seq_cst: ordered before the load below
-  if (header->client_waiting.load() != 0) ring::FutexWakeAll(header->state);
+  const bool notify = header->notify != 0;
+  header->state.store(ring::kDone);  // seq_cst: ordered before the loads below
+  if (!notify) {
+    if (header->client_waiting.load() != 0) ring::FutexWakeAll(header->state);
+    return;
+  }
+  ring::RingHeader* ring_header = ring::Header(base_);
+  const uint32_t position = ring_header->complete_tail.fetch_add(1);
+  ring::QueueEntry& entry =
+      ring::CompleteQueue(base_, slot_count_)[position % slot_count_];
+  entry.slot = slot;
+  entry.sequence.store(position + 1, std::memory_order_release);
+  ring_header->answers.fetch_add(1);  // seq_cst: before the sleeping check
+  if (ring_header->client_sleeping.load() != 0) {
+    ring::FutexWakeAll(ring_header->answers);
+  }
 }
 
 }  // namespace matmul

@@ -49,8 +49,9 @@ class AttachedRing {
                            absl::Duration* timeout);
 
   // Writes `response` into the slot (or, when it does not fit, a
-  // RESOURCE_EXHAUSTED response that says so), marks it done and wakes its
-  // client.
+  // RESOURCE_EXHAUSTED response that says so), marks it done and tells the
+  // client: through the completion queue for a `notify` slot, else by
+  // waking a client that sleeps on the slot. Thread-safe.
   void Complete(uint32_t slot, const v1::MatmulResponse& response);
 
   // The client ended the AttachRing stream: its queued requests are

@@ -61,12 +61,15 @@ class HandMadeRing {
   void Submit(uint32_t slot) {
     ring::RingHeader* header = ring::Header(base_);
     const uint32_t position = header->submit_tail.fetch_add(1);
-    ring::QueueEntry& entry = ring::Queue(base_)[position % kSlots];
+    ring::QueueEntry& entry = ring::SubmitQueue(base_)[position % kSlots];
     entry.slot = slot;
     entry.sequence.store(position + 1);
   }
 
   ring::RingHeader* header() { return ring::Header(base_); }
+  ring::QueueEntry& CompleteEntry(uint32_t position) {
+    return ring::CompleteQueue(base_, kSlots)[position];
+  }
 
  private:
   static inline int counter_ = 0;
@@ -160,6 +163,15 @@ TEST(AttachedRingTest, CompleteWritesTheResponseOrSaysItDoesNotFit) {
                                   static_cast<int>(slot->response_bytes)));
   EXPECT_EQ(read.request_id(), 42u);
   EXPECT_EQ(read.kernel(), "cublaslt");
+
+  // A `notify` slot is announced in the completion queue.
+  EXPECT_EQ(made.header()->complete_tail.load(), 0u);
+  made.Slot(2)->notify = 1;
+  (*ring)->Complete(2, response);
+  EXPECT_EQ(made.header()->complete_tail.load(), 1u);
+  EXPECT_EQ(made.header()->answers.load(), 1u);
+  EXPECT_EQ(made.CompleteEntry(0).slot, 2u);
+  EXPECT_EQ(made.CompleteEntry(0).sequence.load(), 1u);
 
   response.set_status_message(std::string(kSlotBytes, 'x'));
   (*ring)->Complete(1, response);
