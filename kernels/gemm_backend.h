@@ -50,6 +50,12 @@ class GemmBackend {
     return absl::UnimplementedError(name() + " backend has no device");
   }
 
+  // The most products like `problem` worth one launch: 0 leaves it to the
+  // batcher (--max_batch_size); 1 runs each alone (a product that fills the
+  // device gains nothing from company and its caller would only wait for
+  // the others).
+  virtual int MaxUsefulBatch(const GemmProblem& /*problem*/) const { return 0; }
+
   // Computes several products that share a BatchKey (kernels/gemm_batch.h),
   // as one launch where the backend can: RunHost or RunDevice (per
   // `on_device`) of their pointer-array combination. A single product runs

@@ -15,6 +15,7 @@
 #ifndef MATMUL_SERVER_DYNAMIC_BATCHER_H_
 #define MATMUL_SERVER_DYNAMIC_BATCHER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <optional>
@@ -61,8 +62,9 @@ class DynamicBatcher {
 
   // RESOURCE_EXHAUSTED when the queues are full, UNAVAILABLE after
   // Shutdown; `item` is moved from only when it is accepted, so that the
-  // caller can still answer a refused one.
-  absl::Status Enqueue(const std::string& key, Item&& item) {
+  // caller can still answer a refused one. `max_batch` (> 0) caps the
+  // batches of this key below max_batch_size; the key's first item sets it.
+  absl::Status Enqueue(const std::string& key, Item&& item, int max_batch = 0) {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::UnavailableError("the server is shutting down");
     if (queued_ >= options_.max_queue_size) {
@@ -70,7 +72,13 @@ class DynamicBatcher {
           absl::StrCat("the queue is full (", options_.max_queue_size,
                        " requests waiting); retry later"));
     }
-    queues_[key].push_back({absl::Now(), std::move(item)});
+    KeyQueue& queue = queues_[key];
+    if (queue.items.empty()) {
+      queue.max_batch = max_batch > 0
+                            ? std::min(max_batch, options_.max_batch_size)
+                            : options_.max_batch_size;
+    }
+    queue.items.push_back({absl::Now(), std::move(item)});
     ++queued_;
     queued_hint_.store(queued_, std::memory_order_relaxed);
     // One waiting worker is enough: the batch may now be full, or this
@@ -115,6 +123,10 @@ class DynamicBatcher {
     absl::Time enqueued;
     Item item;
   };
+  struct KeyQueue {
+    std::deque<Queued> items;
+    int max_batch = 1;
+  };
 
   // The key whose batch is due now, with the time the next one will be due
   // when none is (absl::InfiniteFuture() when all queues are empty). The
@@ -126,8 +138,8 @@ class DynamicBatcher {
     absl::Time oldest = absl::InfiniteFuture();
     absl::Time oldest_full = absl::InfiniteFuture();
     for (const auto& [key, queue] : queues_) {
-      const absl::Time front = queue.front().enqueued;
-      if (static_cast<int>(queue.size()) >= options_.max_batch_size &&
+      const absl::Time front = queue.items.front().enqueued;
+      if (static_cast<int>(queue.items.size()) >= queue.max_batch &&
           front < oldest_full) {
         oldest_full = front;
         full_key = &key;
@@ -148,13 +160,13 @@ class DynamicBatcher {
     Batch batch;
     batch.key = key;
     auto it = queues_.find(key);
-    std::deque<Queued>& queue = it->second;
-    while (!queue.empty() &&
-           static_cast<int>(batch.items.size()) < options_.max_batch_size) {
-      batch.items.push_back(std::move(queue.front().item));
-      queue.pop_front();
+    KeyQueue& queue = it->second;
+    while (!queue.items.empty() &&
+           static_cast<int>(batch.items.size()) < queue.max_batch) {
+      batch.items.push_back(std::move(queue.items.front().item));
+      queue.items.pop_front();
     }
-    if (queue.empty()) queues_.erase(it);
+    if (queue.items.empty()) queues_.erase(it);
     queued_ -= static_cast<int>(batch.items.size());
     queued_hint_.store(queued_, std::memory_order_relaxed);
     return batch;
@@ -164,8 +176,7 @@ class DynamicBatcher {
   mutable absl::Mutex mu_;
   absl::CondVar work_;
   // Only non-empty queues are kept.
-  absl::flat_hash_map<std::string, std::deque<Queued>> queues_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, KeyQueue> queues_ ABSL_GUARDED_BY(mu_);
   int queued_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Copies of queued_ and stopping_ that the idle spin reads without the

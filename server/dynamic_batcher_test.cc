@@ -31,6 +31,25 @@ TEST(DynamicBatcherTest, FullBatchesAreDueAtOnceInOrder) {
   EXPECT_EQ(batcher.queued(), 0);
 }
 
+TEST(DynamicBatcherTest, AKeysOwnCapBoundsItsBatches) {
+  Batcher batcher({.max_batch_size = 4, .max_queue_delay = absl::Seconds(30)});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(batcher.Enqueue("alone", std::move(i), /*max_batch=*/1).ok());
+  }
+  for (int i = 10; i < 13; ++i) {
+    ASSERT_TRUE(batcher.Enqueue("pairs", std::move(i), /*max_batch=*/2).ok());
+  }
+  // Each capped batch is full, so due at once despite the long delay.
+  std::vector<std::vector<int>> batches;
+  for (int i = 0; i < 4; ++i) {
+    std::optional<Batcher::Batch> batch = batcher.Next();
+    ASSERT_TRUE(batch);
+    batches.push_back(batch->items);
+  }
+  EXPECT_EQ(batches, (std::vector<std::vector<int>>{{0}, {1}, {2}, {10, 11}}));
+  EXPECT_EQ(batcher.queued(), 1);  // 12 waits for its pair or the delay
+}
+
 TEST(DynamicBatcherTest, WithoutDelayAnIdleWorkerTakesWhatIsQueued) {
   Batcher batcher({.max_batch_size = 8});
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(Add(batcher, "k", i).ok());

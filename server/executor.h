@@ -55,8 +55,8 @@ class Executor {
   // Queues `item` under `key` (see DynamicBatcher::Enqueue: moved from only
   // when accepted). Refusals: RESOURCE_EXHAUSTED when the queue is full,
   // UNAVAILABLE after Shutdown.
-  absl::Status Submit(const std::string& key, Item&& item) {
-    return batcher_.Enqueue(key, std::move(item));
+  absl::Status Submit(const std::string& key, Item&& item, int max_batch = 0) {
+    return batcher_.Enqueue(key, std::move(item), max_batch);
   }
 
   // Items waiting to run.

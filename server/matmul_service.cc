@@ -125,8 +125,11 @@ void MatmulServiceImpl::Submit(CallControl control,
   product->control = std::move(control);
   product->accepted = accepted;
   product->finish = std::move(finish);
+  const int max_batch =
+      (*lane)->backend->MaxUsefulBatch(product->operands->problem());
   // Submit moves from `product` only when it accepts it.
-  if (absl::Status refusal = (*lane)->executor->Submit(key, std::move(product));
+  if (absl::Status refusal =
+          (*lane)->executor->Submit(key, std::move(product), max_batch);
       !refusal.ok()) {
     std::move(product->finish)(std::move(refusal));
   }

@@ -351,16 +351,39 @@ std::shared_ptr<void> CudaBackend::HoldAllLanes() {
   return held;
 }
 
+bool CudaBackend::FillsDevice(const GemmProblem& p) const {
+  return p.batch * p.m * p.n >=
+         int64_t{128} * 128 * std::max(1, info_.multiprocessors);
+}
+
+int CudaBackend::MaxUsefulBatch(const GemmProblem& problem) const {
+  return FillsDevice(problem) ? 1 : 0;
+}
+
 absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
                                                   Lane& lane) {
   // Resolved before the start event, so that a first call's plan building
   // is not counted as kernel time.
   ASSIGN_OR_RETURN(cuda::KernelChoice choice, selector_->Resolve(problem));
   cudaStream_t stream = lane.stream.get();
-  RETURN_IF_ERROR(lane.start.Record(stream));
-  RETURN_IF_ERROR(
-      selector_->RunChoice(choice, problem, stream, lane.workspace));
-  RETURN_IF_ERROR(lane.stop.Record(stream));
+  auto launch = [&]() -> absl::Status {
+    RETURN_IF_ERROR(lane.start.Record(stream));
+    RETURN_IF_ERROR(
+        selector_->RunChoice(choice, problem, stream, lane.workspace));
+    return lane.stop.Record(stream);
+  };
+  if (FillsDevice(problem)) {
+    std::lock_guard<std::mutex> lock(chain_mu_);
+    if (chain_tail_ != nullptr) {
+      RETURN_IF_ERROR(
+          CudaStatus(cudaStreamWaitEvent(stream, chain_tail_->get(), 0),
+                     "cudaStreamWaitEvent"));
+    }
+    RETURN_IF_ERROR(launch());
+    chain_tail_ = &lane.stop;
+  } else {
+    RETURN_IF_ERROR(launch());
+  }
   RETURN_IF_ERROR(lane.stop.Synchronize());
   GemmRunInfo info;
   info.kernel = choice.name;
@@ -442,9 +465,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
   // the kernel tuned for it), back to back on one lane. (On the H200 two
   // 5120x512x2048 products took 46 us as one pointer-array launch, 40 us
   // back to back.)
-  const GemmProblem& first = *problems.front();
-  if (first.batch * first.m * first.n >=
-      int64_t{128} * 128 * std::max(1, info_.multiprocessors)) {
+  if (FillsDevice(*problems.front())) {
     for (const GemmProblem* p : problems) RETURN_IF_ERROR(ValidateForCuda(*p));
     ASSIGN_OR_RETURN(LaneLease lease, AcquireLane());
     GemmRunInfo total;

@@ -88,6 +88,9 @@ class CudaBackend : public GemmBackend {
   absl::StatusOr<GemmRunInfo> RunBatch(
       absl::Span<const GemmProblem* const> problems, bool on_device) override;
 
+  // 1 for products that fill the device (a wave of 128x128 tiles).
+  int MaxUsefulBatch(const GemmProblem& problem) const override;
+
   cuda::GemmSelector& selector() { return *selector_; }
   int device() const { return options_.device; }
   int cuda_device() const override { return options_.device; }
@@ -119,8 +122,13 @@ class CudaBackend : public GemmBackend {
   // Every lane, for background tuning (see SetTuningGuard); null if the
   // device cannot be made current.
   std::shared_ptr<void> HoldAllLanes();
+  // True when `problem` alone has a wave of 128x128 tiles for the device.
+  bool FillsDevice(const GemmProblem& problem) const;
   // Runs `problem` (device pointers, unit-stride layouts) on the lane's
-  // stream between its timing events and waits for it.
+  // stream between its timing events and waits for it. Products that fill
+  // the device run one after another on it, whichever lanes they come
+  // from: each waits (on the GPU, through an event) for the previous one,
+  // so two never share the device and none waits for the host.
   absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem, Lane& lane);
   absl::StatusOr<GemmRunInfo> RunDeviceOnLane(const GemmProblem& problem,
                                               Lane& lane);
@@ -134,6 +142,10 @@ class CudaBackend : public GemmBackend {
   std::unique_ptr<cuda::GemmSelector> selector_;
 
   const std::vector<std::unique_ptr<Lane>> lanes_;
+  std::mutex chain_mu_;
+  // The stop event of the lane that last queued a product filling the
+  // device (its later records only come after that product).
+  cuda::CudaEvent* chain_tail_ = nullptr;  // guarded by chain_mu_
   std::mutex lanes_mu_;
   std::condition_variable lane_freed_;
   std::vector<Lane*> free_lanes_;  // guarded by lanes_mu_
