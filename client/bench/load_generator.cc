@@ -68,6 +68,9 @@ class LoadGenerator::Run {
       Slot& slot = slots_[i];
       slot.request = &generator.requests_[i % generator.requests_.size()];
       slot.stub = generator.stubs_[i % generator.stubs_.size()].get();
+      if (!options.rings.empty()) {
+        slot.ring = options.rings[i % options.rings.size()];
+      }
       free_.push_back(&slot);
     }
   }
@@ -212,6 +215,7 @@ class LoadGenerator::Run {
   struct Slot {
     const v1::MatmulRequest* request = nullptr;
     v1::MatmulService::Stub* stub = nullptr;
+    RequestRing* ring = nullptr;  // LoadOptions::rings
     v1::MatmulResponse response;
     std::unique_ptr<grpc::ClientContext> context;  // unary calls
     std::unique_ptr<StreamCall> stream;            // stream mode
@@ -230,9 +234,9 @@ class LoadGenerator::Run {
   }
 
   void Send(Slot& slot) {
-    if (options_.ring != nullptr) {
+    if (slot.ring != nullptr) {
       slot.sent = Clock::now();
-      options_.ring->CallAsync(
+      slot.ring->CallAsync(
           *slot.request, &slot.response, options_.timeout,
           [this, &slot](absl::Status status) {
             OnAnswer(slot,
@@ -380,7 +384,7 @@ LoadGenerator::~LoadGenerator() = default;
 absl::StatusOr<LevelResult> LoadGenerator::RunLevel(
     const LoadOptions& options,
     const std::function<void(const std::vector<WindowStats>&)>& progress) {
-  if (options.ring != nullptr && options.stream) {
+  if (!options.rings.empty() && options.stream) {
     return absl::InvalidArgumentError(
         "requests go through a request ring or a MatmulStream, not both");
   }

@@ -50,9 +50,10 @@ struct LoadOptions {
   // Each slot keeps one MatmulStream open and sends its requests over it
   // (no per-call set-up), instead of one unary Matmul call per request.
   bool stream = false;
-  // When set, requests go through this shared-memory request ring
-  // (asynchronous calls, answered on its completion thread) instead of gRPC.
-  RequestRing* ring = nullptr;
+  // When not empty, requests go through these shared-memory request rings
+  // (slot i through rings[i % size]; asynchronous calls, answered on each
+  // ring's completion thread) instead of gRPC.
+  std::vector<RequestRing*> rings;
 };
 
 // What a window or a level measured.

@@ -71,12 +71,14 @@ ABSL_FLAG(int, channels, 4,
 ABSL_FLAG(bool, stream, false,
           "bench: each slot sends its requests over one MatmulStream "
           "instead of one unary call each (less per-call overhead).");
-ABSL_FLAG(bool, ring, false,
-          "bench: send requests through a shared-memory request ring "
-          "(AttachRing; a daemon on this host, --mode shm, ipc or vmm) "
-          "instead of gRPC calls: no socket round trip per request.");
+ABSL_FLAG(int, rings, 0,
+          "bench: send requests through this many shared-memory request "
+          "rings (AttachRing; a daemon on this host, --mode shm, ipc or vmm) "
+          "instead of gRPC calls: no socket round trip per request. Each "
+          "ring has a poller in the daemon and a completion thread here, so "
+          "several spread the per-request work. 0: gRPC.");
 ABSL_FLAG(absl::Duration, ring_spin, absl::Microseconds(100),
-          "bench --ring: how long the ring's completion thread polls for "
+          "bench --rings: how long a ring's completion thread polls for "
           "answers before it sleeps (a busy core while it polls).");
 ABSL_FLAG(bool, csv, false, "bench: print CSV instead of the table.");
 ABSL_FLAG(std::string, save, "",
@@ -106,7 +108,7 @@ struct BenchOptions {
   std::vector<int> levels;
   bench::LoadOptions load;
   int channels = 4;
-  bool ring = false;
+  int rings = 0;
   absl::Duration ring_spin;
   bool json = false;
   bool csv = false;
@@ -183,11 +185,14 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
   if (o.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--timeout must be positive");
   }
-  o.ring = absl::GetFlag(FLAGS_ring);
+  o.rings = absl::GetFlag(FLAGS_rings);
   o.ring_spin = absl::GetFlag(FLAGS_ring_spin);
-  if (o.ring && (o.mode == "inline" || o.load.stream)) {
+  if (o.rings < 0 || o.rings > 64) {
+    return absl::InvalidArgumentError("--rings must be in 0..64");
+  }
+  if (o.rings > 0 && (o.mode == "inline" || o.load.stream)) {
     return absl::InvalidArgumentError(
-        "--ring needs --mode shm, ipc or vmm (the ring carries region "
+        "--rings needs --mode shm, ipc or vmm (a ring carries region "
         "requests, not tensors), and excludes --stream");
   }
   if (o.ring_spin < absl::ZeroDuration()) {
@@ -225,7 +230,8 @@ struct Workload {
   std::unique_ptr<SharedMemorySegment> segment;
   std::unique_ptr<CudaMemory> gpu;
   std::unique_ptr<RegisteredRegion> region;
-  std::unique_ptr<RequestRing> ring;  // --ring; destroyed before the session
+  // --rings; destroyed before the session.
+  std::vector<std::unique_ptr<RequestRing>> rings;
   std::vector<v1::MatmulRequest> requests;
 };
 
@@ -288,12 +294,16 @@ absl::Status PrepareWorkload(Client& client, const BenchOptions& o, int slots,
     w.requests.push_back(std::move(request));
   }
   if (w.gpu != nullptr) RETURN_IF_ERROR(w.gpu->CopyFromHost(staging));
-  if (o.ring) {
-    ASSIGN_OR_RETURN(w.ring, RequestRing::Attach(client, *w.session,
-                                                 {.slots = slots,
-                                                  .spin = o.ring_spin,
-                                                  .shm_prefix = o.shm_prefix},
-                                                 o.timeout));
+  for (int i = 0; i < o.rings; ++i) {
+    // Enough slots for every level's share of this ring.
+    const int ring_slots = (slots + o.rings - 1) / o.rings;
+    ASSIGN_OR_RETURN(std::unique_ptr<RequestRing> ring,
+                     RequestRing::Attach(client, *w.session,
+                                         {.slots = ring_slots,
+                                          .spin = o.ring_spin,
+                                          .shm_prefix = o.shm_prefix},
+                                         o.timeout));
+    w.rings.push_back(std::move(ring));
   }
   return absl::OkStatus();
 }
@@ -393,12 +403,14 @@ int RunBenchCommand() {
   run.shape = absl::StrCat(o.spec.m, "x", o.spec.n, "x", o.spec.k, ":",
                            o.spec.transpose_a ? "T" : "N",
                            o.spec.transpose_b ? "T" : "N");
-  run.mode = o.ring ? absl::StrCat(o.mode, " ring") : o.mode;
+  run.mode = o.rings > 0 ? absl::StrCat(o.mode, " rings ", o.rings) : o.mode;
   run.flops_per_request = o.spec.flops();
   for (int level : o.levels) {
     bench::LoadOptions load = o.load;
     load.concurrency = level;
-    load.ring = workload.ring.get();
+    for (const std::unique_ptr<RequestRing>& ring : workload.rings) {
+      load.rings.push_back(ring.get());
+    }
     absl::StatusOr<bench::LevelResult> result =
         (*generator)
             ->RunLevel(load,

@@ -5,8 +5,8 @@
 # on with no delay, and on with --max_queue_delay_us=$DELAY_US (1000).
 # Every client slot has its own A and C and all share B (one layer's
 # weights). Tables, JSON and one PNG chart per M go to $OUT/batching/.
-# BENCH_FLAGS adds matmul-cli bench flags (e.g. --stream) and TAG names
-# the result files apart. Run from the repo root with the bundle unpacked.
+# BENCH_FLAGS adds matmul-cli bench flags (e.g. --stream), DAEMON_FLAGS
+# matmul-server flags for all three, and TAG names the result files apart. Run from the repo root with the bundle unpacked.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 res=$OUT/batching
@@ -16,6 +16,7 @@ MS=${MS:-16 32 64 128}
 DELAY_US=${DELAY_US:-1000}
 LEVELS=${LEVELS:-1,4,16,64,256}
 BENCH_FLAGS=${BENCH_FLAGS:-}
+DAEMON_FLAGS=${DAEMON_FLAGS:-}
 TAG=${TAG:-}
 rc=0
 settings=("off:--max_batch_size=1" "on:--max_batch_size=64"
@@ -27,7 +28,7 @@ for i in "${!settings[@]}"; do
   dir=$(mktemp -d)
   # shellcheck disable=SC2086
   start_cuda_daemon --metrics_listen= --tuning_cache="$cache" \
-    --max_queue_size=1024 $flags
+    --max_queue_size=1024 $flags $DAEMON_FLAGS
   for m in $MS; do
     bundle/matmul-cli bench --target="$sock" --shape="${m}x4096x4096" \
       --transpose_b --mode=ipc --concurrency="$LEVELS" --channels=8 \

@@ -68,13 +68,13 @@ for part in $PARTS; do
       stop_cuda_daemon 3 || rc=1 ;;
     ring)
       daemon
-      seed_shapes ", ring" "_ring" ipc --ring
-      small ", ring" "_ring" ipc --ring
+      seed_shapes ", ring" "_ring" ipc --rings=1
+      small ", ring" "_ring" ipc --rings=1
       stop_cuda_daemon 3 || rc=1 ;;
     ringfast)
       daemon --worker_spin_us=1000
-      seed_shapes ", ring, polling workers" "_ringfast" ipc --ring
-      small ", ring, polling workers" "_ringfast" ipc --ring
+      seed_shapes ", ring, polling workers" "_ringfast" ipc --rings=1
+      small ", ring, polling workers" "_ringfast" ipc --rings=1
       stop_cuda_daemon 3 || rc=1 ;;
     *) echo "unknown part $part"; rc=1 ;;
   esac
