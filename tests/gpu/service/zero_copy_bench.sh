@@ -9,7 +9,8 @@
 # ring (requests through a shared-memory request ring, daemon defaults),
 # ringfast (the ring with polling workers).
 # Results (tables, JSON, the tuning cache) go to $OUT/zero_copy/. Run from
-# the repo root with the bundle unpacked.
+# the repo root with the bundle unpacked. DAEMON_FLAGS adds matmul-server
+# flags to every part's daemon.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 res=$OUT/zero_copy
@@ -41,7 +42,9 @@ small() {  # small LABEL SUFFIX MODES [bench flags]
 }
 daemon() {
   dir=$(mktemp -d)
-  start_cuda_daemon --metrics_listen= --tuning_cache="$res/tuning.json" "$@"
+  # shellcheck disable=SC2086
+  start_cuda_daemon --metrics_listen= --tuning_cache="$res/tuning.json" "$@" \
+    ${DAEMON_FLAGS:-}
 }
 
 for part in $PARTS; do
