@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/flags_help.h"
 #include "server/backend_factory.h"
@@ -114,6 +115,10 @@ std::vector<std::string> AllListenAddresses(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Debian's abseil is built without NDEBUG, which turns on the mutex
+  // deadlock detector: every Lock then takes one process-wide lock, and
+  // the request path's threads queue on it. The tests keep it on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   absl::SetProgramUsageMessage(
       "The BF16 matmul daemon: serves C = alpha*op(A)*op(B) + beta*C over "
       "gRPC (matmul.v1.MatmulService, plus grpc.health.v1 and reflection) "

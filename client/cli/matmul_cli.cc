@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cli/exit_codes.h"
@@ -732,4 +733,9 @@ int Main(int argc, char** argv) {
 }  // namespace
 }  // namespace matmul::cli
 
-int main(int argc, char** argv) { return matmul::cli::Main(argc, argv); }
+int main(int argc, char** argv) {
+  // As in matmul-server: Debian's abseil has the deadlock detector on, a
+  // process-wide lock in every Mutex::Lock (the load generator's hot path).
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return matmul::cli::Main(argc, argv);
+}
