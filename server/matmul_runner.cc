@@ -48,7 +48,8 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   }
   const GemmProblem& shape = live.front()->plan.problem;
   const int batch_size = static_cast<int>(live.size());
-  metrics_.RecordLaunch(ShapeName(shape), batch_size, run->kernel_seconds);
+  const std::string shape_name = ShapeName(shape);
+  metrics_.RecordLaunch(shape_name, batch_size, run->kernel_seconds);
   for (PendingProduct* product : live) {
     const GemmProblem& p = product->plan.problem;
     v1::MatmulResponse* response = product->response;
@@ -66,7 +67,8 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
     response->set_batch_size(static_cast<uint32_t>(batch_size));
 
     RequestRecord record;
-    record.shape = ShapeName(p);
+    // Products of a launch differ at most in their batch count.
+    record.shape = p.batch == shape.batch ? shape_name : ShapeName(p);
     record.kernel = run->kernel;
     record.flops = p.flops();
     record.queue_seconds = absl::ToDoubleSeconds(started - product->accepted);

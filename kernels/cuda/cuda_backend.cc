@@ -538,10 +538,13 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunStacked(const GemmProblem& p,
   const int c_element = static_cast<int>(DTypeSize(p.c_dtype));
   const Strides a_dense{p.m * p.k, p.k, 1};
   const Strides c_dense{p.m * p.n, p.n, 1};
-  ASSIGN_OR_RETURN(cuda::StreamBuffer a_stack,
-                   cuda::StreamBuffer::Create(rows * p.k * 2, stream));
-  ASSIGN_OR_RETURN(cuda::StreamBuffer c_stack,
-                   cuda::StreamBuffer::Create(rows * p.n * c_element, stream));
+  // The lane's staging buffers (kept between calls: stream-ordered
+  // allocations went back to the driver at every synchronize, and mapping
+  // them again cost more than the gather).
+  RETURN_IF_ERROR(lane.a_buffer.Reserve(rows * p.k * 2));
+  RETURN_IF_ERROR(lane.c_buffer.Reserve(rows * p.n * c_element));
+  cuda::DeviceBuffer& a_stack = lane.a_buffer;
+  cuda::DeviceBuffer& c_stack = lane.c_buffer;
   // Entry e's A becomes rows [e * m, (e + 1) * m) of one row-major matrix.
   RETURN_IF_ERROR(cuda::CopyMatrix(
       {nullptr, p.a.pointers, p.a.strides, p.a.pointer_alignment},
@@ -566,10 +569,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunStacked(const GemmProblem& p,
   RETURN_IF_ERROR(cuda::CopyMatrix({c_stack.data(), nullptr, c_dense},
                                    c_entries, entries, p.m, p.n, c_element,
                                    stream));
-  // The outputs are complete when we return, as the contract says; the
-  // temporaries are freed in stream order.
-  a_stack = cuda::StreamBuffer();
-  c_stack = cuda::StreamBuffer();
+  // The outputs are complete when we return, as the contract says.
   RETURN_IF_ERROR(
       CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
   info.kernel = absl::StrCat(info.kernel, "+stacked");

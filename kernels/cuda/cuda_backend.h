@@ -102,8 +102,8 @@ class CudaBackend : public GemmBackend {
     cuda::CudaEvent start;
     cuda::CudaEvent stop;
     cuda::DeviceBuffer workspace;
-    // Staging for RunHost and pointer arrays for RunBatch: grown on
-    // demand, kept between calls.
+    // Staging for RunHost and stacked batches (a, c), pointer arrays for
+    // RunBatch: grown on demand, kept between calls.
     cuda::DeviceBuffer a_buffer;
     cuda::DeviceBuffer b_buffer;
     cuda::DeviceBuffer c_buffer;

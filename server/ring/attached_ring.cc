@@ -97,8 +97,8 @@ absl::Status AttachedRing::ReadRequest(uint32_t slot,
                      "; the payload holds ", capacity));
   }
   // The client may write the slot while we read: parse a private copy.
-  std::string copy(ring::Payload(header), bytes);
-  if (!request->ParseFromString(copy)) {
+  scratch_.assign(ring::Payload(header), bytes);
+  if (!request->ParseFromString(scratch_)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ring slot ", slot, ": the ", bytes,
         " bytes there are not a serialized matmul.v1.MatmulRequest"));

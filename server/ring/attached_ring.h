@@ -42,7 +42,8 @@ class AttachedRing {
   // at once when a submission is already waiting).
   void WaitForDoorbell(absl::Duration timeout);
 
-  // Copies the slot's request out of the mapping and parses it.
+  // Copies the slot's request out of the mapping and parses it (poller
+  // thread only, like Take).
   // INVALID_ARGUMENT when its length or bytes are not a MatmulRequest.
   // `timeout` gets the slot's timeout (zero: none).
   absl::Status ReadRequest(uint32_t slot, v1::MatmulRequest* request,
@@ -69,7 +70,8 @@ class AttachedRing {
   void* const base_;
   const uint32_t slot_count_;
   const uint32_t slot_bytes_;
-  uint32_t head_ = 0;  // our own queue head: never read from the mapping
+  uint32_t head_ = 0;    // our own queue head: never read from the mapping
+  std::string scratch_;  // ReadRequest's copy of a request, reused
   std::atomic<bool> client_gone_{false};
 };
 

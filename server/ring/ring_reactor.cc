@@ -34,37 +34,66 @@ void RingReactor::Poll() {
   }
 }
 
+namespace {
+
+// A request taken from a ring and its response, with their fields in one
+// allocation: the arena's first block (a parsed request is a dozen small
+// allocations otherwise, and as many frees).
+class RingCall {
+ public:
+  RingCall()
+      : arena_(ArenaOptions(block_)),
+        request(
+            google::protobuf::Arena::CreateMessage<v1::MatmulRequest>(&arena_)),
+        response(google::protobuf::Arena::CreateMessage<v1::MatmulResponse>(
+            &arena_)) {}
+
+ private:
+  static google::protobuf::ArenaOptions ArenaOptions(char* block) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block;
+    options.initial_block_size = kBlockBytes;
+    return options;
+  }
+  static constexpr size_t kBlockBytes = 4096;
+  alignas(16) char block_[kBlockBytes];
+  google::protobuf::Arena arena_;
+
+ public:
+  v1::MatmulRequest* const request;
+  v1::MatmulResponse* const response;
+};
+
+}  // namespace
+
 void RingReactor::Dispatch(uint32_t slot) {
-  struct Call {
-    v1::MatmulRequest request;
-    v1::MatmulResponse response;
-  };
-  auto call = std::make_unique<Call>();
+  auto call = std::make_unique<RingCall>();
   absl::Duration timeout;
-  if (absl::Status read = ring_->ReadRequest(slot, &call->request, &timeout);
+  if (absl::Status read = ring_->ReadRequest(slot, call->request, &timeout);
       !read.ok()) {
-    call->response.set_status_code(static_cast<int32_t>(read.code()));
-    call->response.set_status_message(std::string(read.message()));
-    ring_->Complete(slot, call->response);
+    call->response->set_status_code(static_cast<int32_t>(read.code()));
+    call->response->set_status_message(std::string(read.message()));
+    ring_->Complete(slot, *call->response);
     return;
   }
   // A ring acts in the session it was attached in, whatever the slot says.
-  call->request.set_session_id(session_id_);
+  call->request->set_session_id(session_id_);
   CallControl control;
   if (timeout > absl::ZeroDuration()) control.deadline = absl::Now() + timeout;
   control.cancelled = [ring = ring_.get()] { return ring->client_gone(); };
-  Call* raw = call.get();
+  RingCall* raw = call.get();
   service_.Submit(
-      std::move(control), &raw->request, &raw->response,
+      std::move(control), raw->request, raw->response,
       [ring = ring_, slot,
        call = std::move(call)](absl::Status status) mutable {
+        v1::MatmulResponse* response = call->response;
         if (!status.ok()) {
-          call->response.Clear();
-          call->response.set_request_id(call->request.request_id());
-          call->response.set_status_code(static_cast<int32_t>(status.code()));
-          call->response.set_status_message(std::string(status.message()));
+          response->Clear();
+          response->set_request_id(call->request->request_id());
+          response->set_status_code(static_cast<int32_t>(status.code()));
+          response->set_status_message(std::string(status.message()));
         }
-        ring->Complete(slot, call->response);
+        ring->Complete(slot, *response);
       });
 }
 
