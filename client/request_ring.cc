@@ -12,6 +12,13 @@
 #include "grpcpp/support/client_callback.h"
 
 namespace matmul {
+namespace {
+
+// How long answers may still arrive once the daemon ended the AttachRing
+// stream: a daemon that shuts down runs what it queued before it exits.
+constexpr absl::Duration kDetachGrace = absl::Seconds(5);
+
+}  // namespace
 
 // Keeps one read pending for the life of the stream: the first read says
 // the daemon polls the ring, the last one (ok == false) that it detached.
@@ -224,7 +231,7 @@ void RequestRing::Submit(uint32_t index, const v1::MatmulRequest& request,
   slot->state.store(ring::kSubmitted, std::memory_order_release);
 
   ring::RingHeader* header = ring::Header(base);
-  const uint32_t position = header->submit_tail.fetch_add(1);
+  const uint64_t position = header->submit_tail.fetch_add(1);
   ring::QueueEntry& entry = ring::SubmitQueue(base)[position % options_.slots];
   entry.slot = index;
   entry.sequence.store(position + 1, std::memory_order_release);
@@ -244,11 +251,11 @@ bool RequestRing::WaitForAnswer(uint32_t index, absl::Time deadline) {
       continue;
     }
     if (now >= deadline) return false;
-    // Once the daemon detached, answers it was still writing get a moment.
+    // Once the daemon detached, what it still runs gets kDetachGrace.
     if (detached_at == absl::InfiniteFuture() && stream_->ended()) {
       detached_at = now;
     }
-    if (now - detached_at > absl::Milliseconds(200)) return false;
+    if (now - detached_at > kDetachGrace) return false;
     slot->client_waiting.store(1);  // seq_cst: before the state re-check
     if (slot->state.load() != ring::kDone) {
       ring::FutexWait(slot->state, ring::kSubmitted,
@@ -282,6 +289,10 @@ absl::Status RequestRing::Call(const v1::MatmulRequest& request,
     if (!answer.ok()) return answer.status();
     *response = *std::move(answer);
     return absl::OkStatus();
+  }
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::DeadlineExceededError(
+        "the call's timeout had passed before it was sent");
   }
   const absl::Time deadline = absl::Now() + timeout;
   std::optional<uint32_t> slot = AcquireSlot(deadline);
@@ -322,17 +333,39 @@ void RequestRing::CallAsync(const v1::MatmulRequest& request,
                         });
     return;
   }
+  if (timeout <= absl::ZeroDuration()) {
+    std::move(done)(absl::DeadlineExceededError(
+        "the call's timeout had passed before it was sent"));
+    return;
+  }
   const absl::Time deadline = absl::Now() + timeout;
-  std::optional<uint32_t> slot = AcquireSlot(deadline);
+  // The completion thread frees the slots, so it must never wait for one:
+  // a call it makes (from a callback) waits in a queue instead when all
+  // slots are in flight, and goes out as the next answer frees one.
+  const bool on_completion_thread =
+      std::this_thread::get_id() == completion_thread_.get_id();
+  std::optional<uint32_t> slot =
+      AcquireSlot(on_completion_thread ? absl::InfinitePast() : deadline);
+  if (!slot.has_value() && on_completion_thread) {
+    absl::MutexLock lock(&mu_);
+    deferred_.push_back({request, response, deadline, std::move(done)});
+    return;
+  }
   if (!slot.has_value()) {
     std::move(done)(absl::DeadlineExceededError(absl::StrCat(
         "no ring slot became free within ", absl::FormatDuration(timeout),
         " (all ", options_.slots, " in flight)")));
     return;
   }
+  SubmitAsync(*slot, request, response, deadline, std::move(done));
+}
+
+void RequestRing::SubmitAsync(uint32_t slot, const v1::MatmulRequest& request,
+                              v1::MatmulResponse* response, absl::Time deadline,
+                              Callback done) {
   {
     absl::MutexLock lock(&mu_);
-    Pending& pending = pending_[*slot];
+    Pending& pending = pending_[slot];
     pending.active = true;
     pending.abandoned = false;
     pending.response = response;
@@ -340,7 +373,27 @@ void RequestRing::CallAsync(const v1::MatmulRequest& request,
     pending.done = std::move(done);
   }
   async_in_flight_.fetch_add(1);
-  Submit(*slot, request, timeout, /*notify=*/true);
+  // The timeout left is at least 1 ns: 0 would tell the daemon "none".
+  Submit(slot, request, std::max(deadline - absl::Now(), absl::Nanoseconds(1)),
+         /*notify=*/true);
+}
+
+void RequestRing::SubmitDeferred() {
+  while (true) {
+    Deferred next;
+    std::optional<uint32_t> slot;
+    {
+      absl::MutexLock lock(&mu_);
+      if (deferred_.empty() || free_.empty()) return;
+      next = std::move(deferred_.front());
+      deferred_.pop_front();
+      slot = free_.back();
+      free_.pop_back();
+    }
+    next.request.ByteSizeLong();  // Submit serializes with cached sizes
+    SubmitAsync(*slot, next.request, next.response, next.deadline,
+                std::move(next.done));
+  }
 }
 
 void RequestRing::CompleteLoop() {
@@ -355,7 +408,10 @@ void RequestRing::CompleteLoop() {
     if (next.sequence.load(std::memory_order_acquire) == complete_head_ + 1) {
       const uint32_t slot = next.slot;
       ++complete_head_;
-      if (slot < static_cast<uint32_t>(options_.slots)) FinishAsync(slot);
+      if (slot < static_cast<uint32_t>(options_.slots)) {
+        FinishAsync(slot);
+        SubmitDeferred();
+      }
       last_answer = absl::Now();
       continue;
     }
@@ -368,8 +424,8 @@ void RequestRing::CompleteLoop() {
       if (detached_at == absl::InfiniteFuture() && stream_->ended()) {
         detached_at = now;
       }
-      // Answers the daemon was still writing when it detached get a moment.
-      if (now - detached_at > absl::Milliseconds(200)) {
+      // Once the daemon detached, what it still runs gets kDetachGrace.
+      if (now - detached_at > kDetachGrace) {
         FailAsync(now, /*all=*/true,
                   absl::UnavailableError(
                       "the daemon detached the request ring (it is shutting "
@@ -417,6 +473,14 @@ void RequestRing::FailAsync(absl::Time now, bool all,
   std::vector<Callback> failed;
   {
     absl::MutexLock lock(&mu_);
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      if (all || it->deadline < now) {
+        failed.push_back(std::move(it->done));
+        it = deferred_.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (Pending& pending : pending_) {
       if (pending.active && !pending.abandoned &&
           (all || pending.deadline < now)) {

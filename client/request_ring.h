@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,8 +74,9 @@ class RequestRing {
   // Runs `request` and waits up to `timeout` for its answer; the response's
   // in-band status becomes the returned status, as for Client::Matmul.
   // Thread-safe. DEADLINE_EXCEEDED when no answer came in time (the daemon
-  // drops the request if it has not started it by then); UNAVAILABLE once
-  // the daemon has detached the ring (it shut down).
+  // drops the request if it has not started it by then); UNAVAILABLE when
+  // the daemon detached the ring (it shut down) and gave no answer within
+  // 5 s after.
   absl::StatusOr<v1::MatmulResponse> Matmul(const v1::MatmulRequest& request,
                                             absl::Duration timeout);
 
@@ -84,7 +86,9 @@ class RequestRing {
                     v1::MatmulResponse* response, absl::Duration timeout);
 
   // Sends `request` and returns once it is in the ring (waiting, up to
-  // `timeout`, only when every slot is in flight). `done` runs once, on the
+  // `timeout`, only when every slot is in flight; on the completion thread
+  // it never waits: the call is queued until a slot frees). `done` runs
+  // once, on the
   // ring's completion thread (or, when the request goes over gRPC, on a
   // gRPC thread), with what Call would return; `response` is filled before
   // and must live until then. `done` may send the next request. The way to
@@ -115,6 +119,14 @@ class RequestRing {
     Callback done;
   };
 
+  // A call made on the completion thread while every slot was in flight.
+  struct Deferred {
+    v1::MatmulRequest request;
+    v1::MatmulResponse* response = nullptr;
+    absl::Time deadline;
+    Callback done;
+  };
+
   // True when `request` travels over gRPC instead (inline output, or too
   // large for a slot).
   bool NeedsGrpc(const v1::MatmulRequest& request) const;
@@ -133,6 +145,12 @@ class RequestRing {
   // asynchronous calls it names; fails those past their deadline.
   void CompleteLoop();
   void FinishAsync(uint32_t slot);
+  // Records `done` for `slot` and submits the request (notify on).
+  void SubmitAsync(uint32_t slot, const v1::MatmulRequest& request,
+                   v1::MatmulResponse* response, absl::Time deadline,
+                   Callback done);
+  // Sends deferred calls while slots are free (completion thread).
+  void SubmitDeferred();
   // Answers (with `status`) every asynchronous call past its deadline, or
   // all of them when `all`.
   void FailAsync(absl::Time now, bool all, const absl::Status& status);
@@ -143,7 +161,7 @@ class RequestRing {
   std::unique_ptr<Stream> stream_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> async_in_flight_{0};
-  uint32_t complete_head_ = 0;  // the completion thread's
+  uint64_t complete_head_ = 0;  // the completion thread's
   std::thread completion_thread_;
 
   absl::Mutex mu_;
@@ -152,6 +170,7 @@ class RequestRing {
   // they are reclaimed once it marks them done.
   std::vector<uint32_t> abandoned_ ABSL_GUARDED_BY(mu_);
   std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<Deferred> deferred_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace matmul

@@ -52,14 +52,15 @@ struct RingHeader {
   uint32_t version;
   uint32_t slot_count;
   uint32_t slot_bytes;  // header included; a multiple of 64
-  // Next queue position a client reserves (fetch_add).
-  alignas(64) std::atomic<uint32_t> submit_tail;
+  // Next queue position a client reserves (fetch_add). Positions are 64
+  // bits: they never wrap, so `position % slot_count` names one entry.
+  alignas(64) std::atomic<uint64_t> submit_tail;
   // Bumped after every submission: the daemon's futex word.
   alignas(64) std::atomic<uint32_t> doorbell;
   // Set by the daemon before it sleeps on the doorbell.
   std::atomic<uint32_t> daemon_sleeping;
   // Next completion queue position the daemon reserves.
-  alignas(64) std::atomic<uint32_t> complete_tail;
+  alignas(64) std::atomic<uint64_t> complete_tail;
   // Bumped after every completion queue entry: the client's futex word.
   alignas(64) std::atomic<uint32_t> answers;
   // Set by the client before it sleeps on `answers`.
@@ -67,7 +68,7 @@ struct RingHeader {
 };
 
 struct QueueEntry {
-  std::atomic<uint32_t> sequence;  // position + 1 once `slot` is published
+  std::atomic<uint64_t> sequence;  // position + 1 once `slot` is published
   uint32_t slot;
 };
 
@@ -83,6 +84,7 @@ struct alignas(64) SlotHeader {
 };
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
 
 inline constexpr size_t AlignUp64(size_t bytes) { return (bytes + 63) & ~63ul; }
@@ -131,6 +133,13 @@ inline char* Payload(SlotHeader* slot) {
 void FutexWait(std::atomic<uint32_t>& word, uint32_t expected,
                absl::Duration timeout);
 void FutexWakeAll(std::atomic<uint32_t>& word);
+
+// One read of a field the other process may write at any time (the
+// compiler must not read it again after a check).
+template <typename T>
+T LoadOnce(const T& field) {
+  return __atomic_load_n(&field, __ATOMIC_RELAXED);
+}
 
 // A pause in a spin loop (lets the sibling hyperthread run).
 inline void CpuRelax() {

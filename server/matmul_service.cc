@@ -116,7 +116,7 @@ void MatmulServiceImpl::Submit(CallControl control,
   }
   auto product = std::make_unique<PendingProduct>();
   product->operands = *std::move(operands);
-  const std::string key =
+  std::string key =
       absl::StrCat(BatchKey(product->operands->problem()),
                    product->operands->on_device() ? "|device" : "|staged");
   product->plan = *std::move(plan);
@@ -127,6 +127,9 @@ void MatmulServiceImpl::Submit(CallControl control,
   product->finish = std::move(finish);
   const int max_batch =
       (*lane)->backend->MaxUsefulBatch(product->operands->problem());
+  // Products the backend runs alone queue apart: a key's first product sets
+  // its batches' cap, and the batch count (not in BatchKey) can change it.
+  if (max_batch == 1) key += "|alone";
   // Submit moves from `product` only when it accepts it.
   if (absl::Status refusal =
           (*lane)->executor->Submit(key, std::move(product), max_batch);

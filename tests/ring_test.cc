@@ -309,6 +309,41 @@ TEST_F(LimitedRingTest, ATimedOutRequestGivesItsSlotBackOnceAnswered) {
       1);
 }
 
+TEST_F(LimitedRingTest, ACallbackThatFindsNoFreeSlotIsSentWhenOneFrees) {
+  auto ring = Attach(1);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  std::mt19937_64 rng(12);
+  auto slow = MakeRandomRequest({.m = 2000, .n = 2000, .k = 2000}, rng);
+  ASSERT_TRUE(slow.ok());
+  auto running = daemon_.client().MatmulFuture(*slow, absl::Seconds(120));
+  ASSERT_TRUE(WaitFor([&] { return daemon_.server().running() == 1; }));
+  // The first call times out while its slot is still the daemon's; its
+  // callback (on the completion thread) sends the next one, which must
+  // wait for that slot without blocking the thread that frees it.
+  RegionRequest first = Small(rng);
+  RegionRequest second = Small(rng);
+  v1::MatmulResponse first_response, second_response;
+  std::promise<absl::Status> first_done, second_done;
+  (*ring)->CallAsync(first.request, &first_response, absl::Milliseconds(20),
+                     [&](absl::Status status) {
+                       first_done.set_value(status);
+                       (*ring)->CallAsync(
+                           second.request, &second_response, kTimeout,
+                           [&](absl::Status second_status) {
+                             second_done.set_value(std::move(second_status));
+                           });
+                     });
+  EXPECT_EQ(first_done.get_future().get().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  const absl::Status second_status = second_done.get_future().get();
+  ASSERT_TRUE(second_status.ok()) << second_status;
+  auto error =
+      CheckRegionResponse(second, second_response, workspace_.segment->bytes());
+  ASSERT_TRUE(error.ok()) << error.status();
+  EXPECT_LT(*error, 1e-2);
+  ASSERT_TRUE(running.get().ok());
+}
+
 TEST_F(RingTest, ClientDetachUnmapsTheRing) {
   auto ring = Attach(2);
   ASSERT_TRUE(ring.ok()) << ring.status();

@@ -49,26 +49,29 @@ AttachedRing::AttachedRing(std::unique_ptr<ShmRegion> mapping,
     : mapping_(std::move(mapping)),
       base_(mapping_->host_data()),
       slot_count_(slot_count),
-      slot_bytes_(slot_bytes) {}
+      slot_bytes_(slot_bytes),
+      taken_(std::make_unique<std::atomic<bool>[]>(slot_count)) {}
 
 ring::SlotHeader* AttachedRing::SlotAt(uint32_t index) const {
   return ring::Slot(base_, slot_count_, slot_bytes_, index);
 }
 
 std::optional<uint32_t> AttachedRing::Take() {
-  while (true) {
+  for (uint32_t skipped = 0; skipped < slot_count_; ++skipped) {
     ring::QueueEntry& entry = ring::SubmitQueue(base_)[head_ % slot_count_];
     if (entry.sequence.load(std::memory_order_acquire) != head_ + 1) {
       return std::nullopt;
     }
-    const uint32_t slot = entry.slot;
+    const uint32_t slot = ring::LoadOnce(entry.slot);
     ++head_;
     if (slot < slot_count_ &&
         SlotAt(slot)->state.load(std::memory_order_acquire) ==
-            ring::kSubmitted) {
+            ring::kSubmitted &&
+        !taken_[slot].exchange(true)) {
       return slot;
     }
   }
+  return std::nullopt;
 }
 
 void AttachedRing::WaitForDoorbell(absl::Duration timeout) {
@@ -88,8 +91,8 @@ absl::Status AttachedRing::ReadRequest(uint32_t slot,
                                        v1::MatmulRequest* request,
                                        absl::Duration* timeout) {
   ring::SlotHeader* header = SlotAt(slot);
-  const uint32_t bytes = header->request_bytes;
-  const int64_t timeout_ns = header->timeout_ns;
+  const uint32_t bytes = ring::LoadOnce(header->request_bytes);
+  const int64_t timeout_ns = ring::LoadOnce(header->timeout_ns);
   const size_t capacity = ring::PayloadBytes(slot_bytes_);
   if (bytes > capacity) {
     return absl::InvalidArgumentError(
@@ -127,14 +130,16 @@ void AttachedRing::Complete(uint32_t slot, const v1::MatmulResponse& response) {
     too_big.SerializeToArray(ring::Payload(header), static_cast<int>(capacity));
     header->response_bytes = static_cast<uint32_t>(too_big.ByteSizeLong());
   }
-  const bool notify = header->notify != 0;
+  const bool notify = ring::LoadOnce(header->notify) != 0;
+  // Free for the next submission before the client can see it done.
+  taken_[slot].store(false);
   header->state.store(ring::kDone);  // seq_cst: ordered before the loads below
   if (!notify) {
     if (header->client_waiting.load() != 0) ring::FutexWakeAll(header->state);
     return;
   }
   ring::RingHeader* ring_header = ring::Header(base_);
-  const uint32_t position = ring_header->complete_tail.fetch_add(1);
+  const uint64_t position = ring_header->complete_tail.fetch_add(1);
   ring::QueueEntry& entry =
       ring::CompleteQueue(base_, slot_count_)[position % slot_count_];
   entry.slot = slot;

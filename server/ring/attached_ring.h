@@ -35,7 +35,9 @@ class AttachedRing {
   uint32_t slot_count() const { return slot_count_; }
 
   // The next slot a client submitted, or nullopt when the queue is empty.
-  // Entries naming a slot out of range or not in kSubmitted are skipped.
+  // Entries naming a slot out of range, not in kSubmitted or already taken
+  // (and not yet completed) are skipped, at most slot_count per call so
+  // that a client cannot keep the poller here.
   std::optional<uint32_t> Take();
 
   // Sleeps until a client rings the doorbell or `timeout` passes (returns
@@ -70,9 +72,11 @@ class AttachedRing {
   void* const base_;
   const uint32_t slot_count_;
   const uint32_t slot_bytes_;
-  uint32_t head_ = 0;    // our own queue head: never read from the mapping
+  uint64_t head_ = 0;    // our own queue head: never read from the mapping
   std::string scratch_;  // ReadRequest's copy of a request, reused
   std::atomic<bool> client_gone_{false};
+  // Slots taken and not yet completed: a slot published twice runs once.
+  const std::unique_ptr<std::atomic<bool>[]> taken_;
 };
 
 }  // namespace matmul

@@ -60,7 +60,7 @@ class HandMadeRing {
   // Publishes `slot` in the queue as a client would.
   void Submit(uint32_t slot) {
     ring::RingHeader* header = ring::Header(base_);
-    const uint32_t position = header->submit_tail.fetch_add(1);
+    const uint64_t position = header->submit_tail.fetch_add(1);
     ring::QueueEntry& entry = ring::SubmitQueue(base_)[position % kSlots];
     entry.slot = slot;
     entry.sequence.store(position + 1);
@@ -146,6 +146,28 @@ TEST(AttachedRingTest, SkipsBadEntriesAndReportsBadPayloads) {
   EXPECT_EQ(read.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(read.message()), HasSubstr("request_bytes"));
   EXPECT_FALSE((*ring)->Take().has_value());
+}
+
+TEST(AttachedRingTest, ASlotRunsOnceUntilCompleted) {
+  HandMadeRing made;
+  auto ring = AttachedRing::Open(made.Request(), "matmul");
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  made.Slot(1)->state.store(ring::kSubmitted);
+  made.Submit(1);
+  made.Submit(1);  // published twice
+  EXPECT_EQ((*ring)->Take(), std::optional<uint32_t>(1));
+  EXPECT_FALSE((*ring)->Take().has_value());
+  (*ring)->Complete(1, v1::MatmulResponse());
+  made.Slot(1)->state.store(ring::kSubmitted);  // the client reuses it
+  made.Submit(1);
+  EXPECT_EQ((*ring)->Take(), std::optional<uint32_t>(1));
+
+  // A queue full of bad entries: all skipped, then the ring goes on.
+  for (uint32_t i = 0; i < kSlots; ++i) made.Submit(kSlots + 1);
+  EXPECT_FALSE((*ring)->Take().has_value());
+  made.Slot(3)->state.store(ring::kSubmitted);
+  made.Submit(3);
+  EXPECT_EQ((*ring)->Take(), std::optional<uint32_t>(3));
 }
 
 TEST(AttachedRingTest, CompleteWritesTheResponseOrSaysItDoesNotFit) {
