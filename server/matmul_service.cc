@@ -199,10 +199,12 @@ grpc::ServerWriteReactor<v1::RingEvent>* MatmulServiceImpl::AttachRing(
   auto* reactor =
       new RingReactor(*this, *std::move(ring), request->session_id(),
                       ring_options_.poll_spin, [this](RingReactor* done) {
+                        metrics_.RingDetached();
                         absl::MutexLock lock(&sessions_mu_);
                         rings_.erase(done);
                       });
   rings_.insert(reactor);
+  metrics_.RingAttached();
   return reactor;
 }
 

@@ -105,6 +105,11 @@ ServerMetrics::ServerMetrics(int max_shapes, const std::string& backend)
                     .Help("Matmul requests accepted and not yet answered")
                     .Register(*registry_)
                     .Add({{"backend", backend_}});
+  rings_attached_ = &prometheus::BuildGauge()
+                         .Name("matmul_rings_attached")
+                         .Help("Shared-memory request rings being polled")
+                         .Register(*registry_)
+                         .Add({{"backend", backend_}});
   for (absl::StatusCode code : kAllCodes) {
     requests_by_code_[code] = &requests_family_.Add(
         {{"code", absl::AsciiStrToLower(absl::StatusCodeToString(code))}});

@@ -56,6 +56,8 @@ class ServerMetrics {
   void CountRequest(absl::StatusCode code);
   void RequestStarted() { in_flight_->Increment(); }
   void RequestFinished() { in_flight_->Decrement(); }
+  void RingAttached() { rings_attached_->Increment(); }
+  void RingDetached() { rings_attached_->Decrement(); }
 
   // The text exposition format, as /metrics serves it.
   std::string Scrape() const;
@@ -88,6 +90,7 @@ class ServerMetrics {
   prometheus::Histogram* queue_duration_;
   prometheus::Histogram* batch_size_;
   prometheus::Gauge* in_flight_;
+  prometheus::Gauge* rings_attached_;
   prometheus::Gauge* queue_depth_;
   std::map<absl::StatusCode, prometheus::Counter*> requests_by_code_;
 

@@ -349,8 +349,14 @@ TEST_F(RingTest, ClientDetachUnmapsTheRing) {
   ASSERT_TRUE(ring.ok()) << ring.status();
   const std::string name = (*ring)->shm_name();
   EXPECT_EQ(MappingsOf(name), 2);  // the client's and the daemon's
+  auto rings_attached = [&] {
+    return MetricValue(daemon_.server().metrics().Scrape(),
+                       "matmul_rings_attached{backend=\"cpu\"}");
+  };
+  EXPECT_EQ(rings_attached(), 1);
   ring->reset();
   EXPECT_TRUE(WaitFor([&] { return MappingsOf(name) == 0; }));
+  EXPECT_EQ(rings_attached(), 0);
 }
 
 TEST(RingShutdownTest, DaemonShutdownDetachesTheRing) {
