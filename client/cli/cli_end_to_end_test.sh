@@ -36,6 +36,7 @@ run run "$target" --shape=1x1x1 --check --transpose_a --transpose_b
 run run "$target" --shape=33x17x65 --check --batch=3 --broadcast_b --out_dtype=fp32
 run run "$target" --shape=127x255x63 --check --mode=shm --transpose_b --beta=0.5
 run run "$target" --shape=33x17x65 --check --mode=shm --batch=3 --out_dtype=fp32 --iterations=3
+run run "$target" --shape=40x48x56 --check --mode=shm --ring --beta=0.5 --iterations=3
 run run "$target" --shape=64x64x64 --iterations=5 --json
 grep -q '"latency_ms_median"' "$dir/out" ||
   { echo "FAIL: --json lacks latency_ms_median"; failures=$((failures + 1)); }
@@ -44,6 +45,7 @@ grep -q '"latency_ms_median"' "$dir/out" ||
 # earlier (here: the same) run and as CSV.
 bench="bench $target --shape=16x64x64 --transpose_b --warmup=100ms --duration=200ms --max_windows=3"
 run $bench --mode=shm --concurrency=1,4 --save="$dir/a.json" --label=first
+run $bench --mode=shm --concurrency=3 --rings=2
 grep -q '"requests_per_second"' "$dir/a.json" ||
   { echo "FAIL: bench --save wrote no results"; failures=$((failures + 1)); }
 run $bench --mode=inline --concurrency=2 --stream --csv --compare="$dir/a.json" \

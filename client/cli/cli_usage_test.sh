@@ -34,6 +34,7 @@ expect 2 run --no_such_flag
 expect 2 run --target
 expect 2 run extra_argument
 expect 2 run --mode=rdma
+expect 2 run --ring
 expect 2 bench --concurrency=0
 expect 2 bench --concurrency=1,x
 expect 2 bench --request_rate=-5
@@ -42,6 +43,9 @@ expect 2 bench --stable_windows=5 --max_windows=3
 expect 2 bench --json --csv
 expect 2 bench --plot_only --plot=/tmp/x.png
 expect 2 bench --mode=rdma
+expect 2 bench --rings=1
+expect 2 bench --rings=1 --mode=shm --stream
+expect 2 bench --rings=-1 --mode=shm
 expect 2 bench --compare=/nonexistent.json --plot_only --plot=/tmp/x.png
 expect 1 info --target="$nobody"
 expect 1 run --target="$nobody" --shape=8x8x8
