@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: install what is missing, build, start the daemon on the default
 # backend (CUDA when a GPU is present, else CPU), run a checked product
-# through the CLI, show the metrics, stop the daemon.
+# through the CLI, time 20 more inline and 20 zero-copy through a request
+# ring, show the metrics, stop the daemon.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install_deps.sh
@@ -22,6 +23,9 @@ echo "== matmul-cli run --shape 127x255x63 --check"
 build/client/matmul-cli run --target="unix:$socket" --shape=127x255x63 --check
 echo "== matmul-cli run --shape 256x256x256 --iterations 20"
 build/client/matmul-cli run --target="unix:$socket" --shape=256x256x256 --iterations=20
+echo "== the same, operands in shared memory, requests through a request ring"
+build/client/matmul-cli run --target="unix:$socket" --shape=256x256x256 --iterations=20 \
+  --mode=shm --ring
 echo "== metrics (http://$metrics/metrics)"
 curl -s "http://$metrics/metrics" |
   grep -E '^matmul_(requests_total|flops_total|request_duration_seconds_count)' |

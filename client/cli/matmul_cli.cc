@@ -434,7 +434,9 @@ void PrintRunText(const RunOptions& options, const RunReport& report) {
       spec.effective_batch(), *spec.alpha, *spec.beta,
       DTypeName(spec.resolved_out_dtype()));
   std::cout << absl::StreamFormat("target:     %s\n", options.target);
-  std::cout << absl::StreamFormat("mode:       %s\n", options.mode);
+  std::cout << absl::StreamFormat(
+      "mode:       %s%s\n", options.mode,
+      options.ring ? ", through a request ring" : "");
   if (report.latency_seconds.size() == 1) {
     std::cout << absl::StreamFormat("latency:    %.3f ms (wall clock)\n",
                                     median_latency * 1e3);
@@ -527,6 +529,7 @@ void PrintRunJson(const RunOptions& options, const RunReport& report) {
   JsonObject json;
   json.Add("target", options.target)
       .Add("mode", options.mode)
+      .Add("ring", options.ring)
       .Add("m", spec.m)
       .Add("n", spec.n)
       .Add("k", spec.k)
