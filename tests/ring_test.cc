@@ -344,6 +344,36 @@ TEST_F(LimitedRingTest, ACallbackThatFindsNoFreeSlotIsSentWhenOneFrees) {
   ASSERT_TRUE(running.get().ok());
 }
 
+TEST_F(RingTest, DestroyingARingWithCallsInFlightAnswersEveryCall) {
+  std::mt19937_64 rng(13);
+  constexpr int kCalls = 24;
+  std::vector<v1::MatmulResponse> responses(kCalls);
+  absl::Mutex mu;
+  int answered = 0, ok = 0;
+  {
+    auto ring = Attach(/*slots=*/6);
+    ASSERT_TRUE(ring.ok()) << ring.status();
+    for (int i = 0; i < kCalls; ++i) {
+      RegionRequest placed = Small(rng);
+      (*ring)->CallAsync(placed.request, &responses[i], kTimeout,
+                         [&](absl::Status status) {
+                           absl::MutexLock lock(&mu);
+                           ++answered;
+                           ok += status.ok();
+                         });
+    }
+  }  // the ring goes while some calls are still out
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(answered, kCalls);
+  EXPECT_GE(ok, 1);
+  // The daemon dropped or finished the rest and serves a new ring.
+  auto again = Attach(2);
+  ASSERT_TRUE(again.ok()) << again.status();
+  RegionRequest placed = Small(rng);
+  auto response = (*again)->Matmul(placed.request, kTimeout);
+  ASSERT_TRUE(response.ok()) << response.status();
+}
+
 TEST_F(RingTest, ClientDetachUnmapsTheRing) {
   auto ring = Attach(2);
   ASSERT_TRUE(ring.ok()) << ring.status();
