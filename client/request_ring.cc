@@ -5,11 +5,8 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/request_ring_layout.h"
-#include "grpcpp/client_context.h"
-#include "grpcpp/support/client_callback.h"
 
 namespace matmul {
 namespace {
@@ -19,78 +16,6 @@ namespace {
 constexpr absl::Duration kDetachGrace = absl::Seconds(5);
 
 }  // namespace
-
-// Keeps one read pending for the life of the stream: the first read says
-// the daemon polls the ring, the last one (ok == false) that it detached.
-class RequestRing::Stream final
-    : public grpc::ClientReadReactor<v1::RingEvent> {
- public:
-  Stream(Client& client, v1::AttachRingRequest request)
-      : request_(std::move(request)) {
-    context_.set_wait_for_ready(client.options().wait_for_ready);
-    client.stub().async()->AttachRing(&context_, &request_, this);
-    StartRead(&event_);
-    StartCall();
-  }
-
-  // OK once the daemon said it polls the ring, or why not, waiting up to
-  // `timeout`.
-  absl::Status WaitForAttached(absl::Duration timeout) {
-    absl::MutexLock lock(&mu_);
-    auto arrived = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-      return attached_ || ended_;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout);
-    if (attached_ && !ended_) return absl::OkStatus();
-    if (!ended_) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "AttachRing got no answer within ", absl::FormatDuration(timeout)));
-    }
-    if (!final_status_.ok()) return final_status_;
-    return absl::UnavailableError("the daemon closed AttachRing at once");
-  }
-
-  void CancelAndWait() {
-    context_.TryCancel();
-    done_.WaitForNotification();
-  }
-
-  bool ended() const {
-    absl::MutexLock lock(&mu_);
-    return ended_;
-  }
-
-  void OnReadDone(bool ok) override {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!ok) {
-        ended_ = true;
-        return;  // OnDone follows
-      }
-      attached_ = true;
-    }
-    StartRead(&event_);  // wait for the end of the stream
-  }
-
-  void OnDone(const grpc::Status& status) override {
-    {
-      absl::MutexLock lock(&mu_);
-      ended_ = true;
-      final_status_ = FromGrpcStatus(status);
-    }
-    done_.Notify();  // the last touch of this object by gRPC
-  }
-
- private:
-  grpc::ClientContext context_;
-  const v1::AttachRingRequest request_;
-  v1::RingEvent event_;
-  mutable absl::Mutex mu_;
-  bool attached_ ABSL_GUARDED_BY(mu_) = false;
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status final_status_ ABSL_GUARDED_BY(mu_);
-  absl::Notification done_;
-};
 
 absl::StatusOr<std::unique_ptr<RequestRing>> RequestRing::Attach(
     Client& client, const Session& session, const RequestRingOptions& options,
@@ -127,10 +52,18 @@ absl::StatusOr<std::unique_ptr<RequestRing>> RequestRing::Attach(
   request.set_shm_name(ring->segment_->name());
   request.set_slot_count(slots);
   request.set_slot_bytes(slot_bytes);
-  ring->stream_ = std::make_unique<Stream>(client, std::move(request));
-  if (absl::Status attached = ring->stream_->WaitForAttached(timeout);
+  ring->stream_ = std::make_unique<Stream>(
+      [&client](grpc::ClientContext* context,
+                const v1::AttachRingRequest* request,
+                grpc::ClientReadReactor<v1::RingEvent>* reactor) {
+        client.stub().async()->AttachRing(context, request, reactor);
+      },
+      std::move(request), client.options().wait_for_ready);
+  // The first event says the daemon polls the ring.
+  if (absl::StatusOr<v1::RingEvent> attached =
+          ring->stream_->WaitForFirstEvent(timeout, "AttachRing");
       !attached.ok()) {
-    return attached;  // the destructor ends the stream
+    return attached.status();  // the destructor ends the stream
   }
   // The daemon holds its own mapping now; no one else may open the name.
   ring->segment_->Unlink();

@@ -34,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/held_stream.h"
 #include "client/session.h"
 #include "client/shared_memory_segment.h"
 #include "matmul/v1/matmul.pb.h"
@@ -105,7 +106,7 @@ class RequestRing {
   const std::string& shm_name() const { return segment_->name(); }
 
  private:
-  class Stream;  // the AttachRing read reactor
+  using Stream = HeldStream<v1::AttachRingRequest, v1::RingEvent>;
 
   RequestRing(Client& client, const RequestRingOptions& options,
               std::unique_ptr<SharedMemorySegment> segment);

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/held_stream.h"
 
 namespace matmul {
 
@@ -46,7 +47,7 @@ class Session {
   bool alive() const;
 
  private:
-  class Stream;  // the gRPC read reactor
+  using Stream = HeldStream<v1::OpenSessionRequest, v1::SessionEvent>;
 
   explicit Session(std::unique_ptr<Stream> stream);
 
