@@ -2,7 +2,9 @@
 # Issue 5's measurement on the GPU machine: for M in $MS (default 16 32 64
 # 128) with N = K = 4096, NT, over cuda_ipc regions, the concurrency sweep
 # 1,4,16,64,256 against three daemons: batching off (--max_batch_size=1),
-# on with no delay, and on with --max_queue_delay_us=$DELAY_US (1000).
+# on with no delay, and on with --max_batch_size=$DELAY_BATCH (64) and
+# --max_queue_delay_us=$DELAY_US (1000). The issue-5 setting of the README:
+# DELAY_BATCH=32 DELAY_US=300 BENCH_FLAGS=--rings=4.
 # Every client slot has its own A and C and all share B (one layer's
 # weights). Tables, JSON and one PNG chart per M go to $OUT/batching/.
 # BENCH_FLAGS adds matmul-cli bench flags (e.g. --stream), DAEMON_FLAGS
@@ -14,13 +16,14 @@ mkdir -p "$res"
 source tests/gpu/cuda_daemon.sh
 MS=${MS:-16 32 64 128}
 DELAY_US=${DELAY_US:-1000}
+DELAY_BATCH=${DELAY_BATCH:-64}  # --max_batch_size of the delayed setting
 LEVELS=${LEVELS:-1,4,16,64,256}
 BENCH_FLAGS=${BENCH_FLAGS:-}
 DAEMON_FLAGS=${DAEMON_FLAGS:-}
 TAG=${TAG:-}
 rc=0
 settings=("off:--max_batch_size=1" "on:--max_batch_size=64"
-  "on, delay ${DELAY_US}us:--max_batch_size=64 --max_queue_delay_us=$DELAY_US")
+  "on, batch $DELAY_BATCH, delay ${DELAY_US}us:--max_batch_size=$DELAY_BATCH --max_queue_delay_us=$DELAY_US")
 cache=$(mktemp -d)/tuning.json  # shared by the three daemons: tuned once
 for i in "${!settings[@]}"; do
   label=${settings[$i]%%:*}
