@@ -8,7 +8,8 @@
 # Every client slot has its own A and C and all share B (one layer's
 # weights). Tables, JSON and one PNG chart per M go to $OUT/batching/.
 # BENCH_FLAGS adds matmul-cli bench flags (e.g. --stream), DAEMON_FLAGS
-# matmul-server flags for all three, and TAG names the result files apart. Run from the repo root with the bundle unpacked.
+# matmul-server flags for all three, and TAG names the result files apart.
+# Run from the repo root with the bundle unpacked.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 res=$OUT/batching
