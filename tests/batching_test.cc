@@ -109,6 +109,53 @@ TEST(BatchingTest, WithoutADelayALoneRequestDoesNotWait) {
   EXPECT_LT(response->timing().queue_seconds(), 0.05);
 }
 
+// A CPU backend that wants every product to run alone, as the CUDA backend
+// does for products that fill the GPU.
+class RunsAloneBackend final : public GemmBackend {
+ public:
+  RunsAloneBackend() : cpu_(CpuBackend::Create(1)) {}
+  std::string name() const override { return cpu_->name(); }
+  std::vector<DeviceInfo> devices() const override { return cpu_->devices(); }
+  absl::StatusOr<GemmRunInfo> RunHost(const GemmProblem& problem) override {
+    return cpu_->RunHost(problem);
+  }
+  int MaxUsefulBatch(const GemmProblem& /*problem*/) const override {
+    return 1;
+  }
+
+ private:
+  std::unique_ptr<GemmBackend> cpu_;
+};
+
+TEST(BatchingTest, ProductsTheBackendRunsAloneAreNeverBatched) {
+  TestDaemon daemon(BatchingOptions(8, absl::ZeroDuration()), 1,
+                    [] { return std::make_unique<RunsAloneBackend>(); });
+  std::mt19937_64 rng(9);
+  auto slow = OccupyTheWorker(daemon, rng);
+  struct Sent {
+    v1::MatmulRequest request;
+    std::future<absl::StatusOr<v1::MatmulResponse>> response;
+  };
+  std::vector<Sent> sent;
+  for (int i = 0; i < 6; ++i) {
+    auto request = MakeRandomRequest({.m = 20, .n = 30, .k = 40}, rng);
+    ASSERT_TRUE(request.ok());
+    auto response = daemon.client().MatmulFuture(*request, absl::Seconds(60));
+    sent.push_back({*std::move(request), std::move(response)});
+  }
+  // All six queue behind the busy worker, as those that do batch would.
+  ASSERT_TRUE(WaitFor([&] { return daemon.server().queue_depth() == 6; }));
+  ASSERT_TRUE(slow.get().ok());
+  for (Sent& s : sent) {
+    absl::StatusOr<v1::MatmulResponse> response = s.response.get();
+    ASSERT_TRUE(response.ok()) << response.status();
+    EXPECT_EQ(response->batch_size(), 1u);
+    absl::StatusOr<double> error = CheckResponse(s.request, *response);
+    ASSERT_TRUE(error.ok()) << error.status();
+    EXPECT_LT(*error, 1e-2);
+  }
+}
+
 TEST(BatchingTest, ACancelledCallIsDroppedWithoutRunning) {
   TestDaemon daemon(BatchingOptions(8, absl::ZeroDuration()));
   std::mt19937_64 rng(8);

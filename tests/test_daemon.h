@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,15 +51,18 @@ class TestDaemon {
  public:
   // Starts a CPU-backend daemon (metrics not served over HTTP; Scrape()
   // reads them) and a client connected to it.
-  // `cpu_lanes` CPU backends stand in for several devices.
+  // `cpu_lanes` CPU backends stand in for several devices;
+  // `make_backend`, when set, makes each lane's backend instead.
   explicit TestDaemon(ServerOptions options = DefaultOptions(),
-                      int cpu_lanes = 1) {
+                      int cpu_lanes = 1,
+                      const std::function<std::unique_ptr<GemmBackend>()>&
+                          make_backend = nullptr) {
     socket_ = FreshSocketPath();
     options.listen = {"unix:" + socket_};
     options.metrics_listen = "";
     std::vector<std::unique_ptr<GemmBackend>> backends;
     for (int i = 0; i < cpu_lanes; ++i) {
-      backends.push_back(CpuBackend::Create(1));
+      backends.push_back(make_backend ? make_backend() : CpuBackend::Create(1));
     }
     auto server = MatmulServer::Create(options, std::move(backends));
     EXPECT_TRUE(server.ok()) << server.status();
