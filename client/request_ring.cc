@@ -94,6 +94,17 @@ RequestRing::~RequestRing() {
             absl::CancelledError("the request ring was destroyed"));
 }
 
+ring::SlotHeader* RequestRing::SlotAt(uint32_t index) const {
+  return ring::Slot(segment_->data(), options_.slots, options_.slot_bytes,
+                    index);
+}
+
+absl::Status RequestRing::NoFreeSlot(absl::Duration timeout) const {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "no ring slot became free within ", absl::FormatDuration(timeout),
+      " (all ", options_.slots, " in flight)"));
+}
+
 bool RequestRing::attached() const { return !stream_->ended(); }
 
 bool RequestRing::NeedsGrpc(const v1::MatmulRequest& request) const {
@@ -111,13 +122,10 @@ absl::StatusOr<v1::MatmulResponse> RequestRing::Matmul(
 }
 
 std::optional<uint32_t> RequestRing::AcquireSlot(absl::Time deadline) {
-  void* base = segment_->data();
-  const auto count = static_cast<uint32_t>(options_.slots);
-  const auto bytes = static_cast<uint32_t>(options_.slot_bytes);
   absl::MutexLock lock(&mu_);
   while (true) {
     for (size_t i = 0; i < abandoned_.size();) {
-      ring::SlotHeader* slot = ring::Slot(base, count, bytes, abandoned_[i]);
+      ring::SlotHeader* slot = SlotAt(abandoned_[i]);
       if (slot->state.load(std::memory_order_acquire) == ring::kDone) {
         slot->state.store(ring::kFree, std::memory_order_relaxed);
         free_.push_back(abandoned_[i]);
@@ -152,8 +160,7 @@ void RequestRing::ReleaseSlot(uint32_t slot) {
 void RequestRing::Submit(uint32_t index, const v1::MatmulRequest& request,
                          absl::Duration timeout, bool notify) {
   void* base = segment_->data();
-  ring::SlotHeader* slot =
-      ring::Slot(base, options_.slots, options_.slot_bytes, index);
+  ring::SlotHeader* slot = SlotAt(index);
   // ByteSizeLong (in NeedsGrpc) cached the sizes this serialization uses.
   slot->request_bytes = static_cast<uint32_t>(request.GetCachedSize());
   request.SerializeWithCachedSizesToArray(
@@ -173,8 +180,7 @@ void RequestRing::Submit(uint32_t index, const v1::MatmulRequest& request,
 }
 
 bool RequestRing::WaitForAnswer(uint32_t index, absl::Time deadline) {
-  ring::SlotHeader* slot =
-      ring::Slot(segment_->data(), options_.slots, options_.slot_bytes, index);
+  ring::SlotHeader* slot = SlotAt(index);
   const absl::Time spin_until = absl::Now() + options_.spin;
   absl::Time detached_at = absl::InfiniteFuture();
   while (slot->state.load(std::memory_order_acquire) != ring::kDone) {
@@ -201,8 +207,7 @@ bool RequestRing::WaitForAnswer(uint32_t index, absl::Time deadline) {
 
 absl::Status RequestRing::ReadAnswer(uint32_t index,
                                      v1::MatmulResponse* response) {
-  ring::SlotHeader* slot =
-      ring::Slot(segment_->data(), options_.slots, options_.slot_bytes, index);
+  ring::SlotHeader* slot = SlotAt(index);
   const uint32_t bytes = slot->response_bytes;
   if (bytes > ring::PayloadBytes(options_.slot_bytes) ||
       !response->ParseFromArray(ring::Payload(slot), static_cast<int>(bytes))) {
@@ -230,9 +235,7 @@ absl::Status RequestRing::Call(const v1::MatmulRequest& request,
   const absl::Time deadline = absl::Now() + timeout;
   std::optional<uint32_t> slot = AcquireSlot(deadline);
   if (!slot.has_value()) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "no ring slot became free within ", absl::FormatDuration(timeout),
-        " (all ", options_.slots, " in flight)"));
+    return NoFreeSlot(timeout);
   }
   Submit(*slot, request, timeout, /*notify=*/false);
   if (!WaitForAnswer(*slot, deadline)) {
@@ -248,8 +251,7 @@ absl::Status RequestRing::Call(const v1::MatmulRequest& request,
                      absl::FormatDuration(timeout)));
   }
   absl::Status status = ReadAnswer(*slot, response);
-  ring::Slot(segment_->data(), options_.slots, options_.slot_bytes, *slot)
-      ->state.store(ring::kFree, std::memory_order_relaxed);
+  SlotAt(*slot)->state.store(ring::kFree, std::memory_order_relaxed);
   ReleaseSlot(*slot);
   return status;
 }
@@ -285,9 +287,7 @@ void RequestRing::CallAsync(const v1::MatmulRequest& request,
     return;
   }
   if (!slot.has_value()) {
-    std::move(done)(absl::DeadlineExceededError(absl::StrCat(
-        "no ring slot became free within ", absl::FormatDuration(timeout),
-        " (all ", options_.slots, " in flight)")));
+    std::move(done)(NoFreeSlot(timeout));
     return;
   }
   SubmitAsync(*slot, request, response, deadline, std::move(done));
@@ -393,8 +393,7 @@ void RequestRing::FinishAsync(uint32_t slot) {
       done = std::move(pending.done);
     }
     pending = Pending();
-    ring::Slot(segment_->data(), options_.slots, options_.slot_bytes, slot)
-        ->state.store(ring::kFree, std::memory_order_relaxed);
+    SlotAt(slot)->state.store(ring::kFree, std::memory_order_relaxed);
     free_.push_back(slot);
   }
   async_in_flight_.fetch_sub(1);

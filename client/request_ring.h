@@ -37,6 +37,7 @@
 #include "client/held_stream.h"
 #include "client/session.h"
 #include "client/shared_memory_segment.h"
+#include "common/request_ring_layout.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {
@@ -128,6 +129,10 @@ class RequestRing {
     Callback done;
   };
 
+  // The slot's header (and payload after it) in our mapping.
+  ring::SlotHeader* SlotAt(uint32_t index) const;
+  // DEADLINE_EXCEEDED: every slot stayed in flight for `timeout`.
+  absl::Status NoFreeSlot(absl::Duration timeout) const;
   // True when `request` travels over gRPC instead (inline output, or too
   // large for a slot).
   bool NeedsGrpc(const v1::MatmulRequest& request) const;

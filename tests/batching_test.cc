@@ -25,6 +25,12 @@ ServerOptions BatchingOptions(int max_batch_size, absl::Duration delay) {
 
 // Occupies the daemon's only worker with a product that takes a while on
 // one core, so that what arrives meanwhile queues.
+// A request sent and its answer to come.
+struct Sent {
+  v1::MatmulRequest request;
+  std::future<absl::StatusOr<v1::MatmulResponse>> response;
+};
+
 std::future<absl::StatusOr<v1::MatmulResponse>> OccupyTheWorker(
     TestDaemon& daemon, std::mt19937_64& rng) {
   auto slow = MakeRandomRequest({.m = 2500, .n = 2500, .k = 2500}, rng);
@@ -40,10 +46,6 @@ TEST(BatchingTest, RequestsQueuedTogetherShareALaunchAndGetTheirOwnResults) {
   auto slow = OccupyTheWorker(daemon, rng);
   // 20 requests of one batch key (different data, some transposed the same
   // way), plus 4 of another key that must not join them.
-  struct Sent {
-    v1::MatmulRequest request;
-    std::future<absl::StatusOr<v1::MatmulResponse>> response;
-  };
   std::vector<Sent> sent;
   for (int i = 0; i < 24; ++i) {
     ProblemSpec spec{.m = 33, .n = 40, .k = 57, .transpose_b = true};
@@ -132,10 +134,6 @@ TEST(BatchingTest, ProductsTheBackendRunsAloneAreNeverBatched) {
                     [] { return std::make_unique<RunsAloneBackend>(); });
   std::mt19937_64 rng(9);
   auto slow = OccupyTheWorker(daemon, rng);
-  struct Sent {
-    v1::MatmulRequest request;
-    std::future<absl::StatusOr<v1::MatmulResponse>> response;
-  };
   std::vector<Sent> sent;
   for (int i = 0; i < 6; ++i) {
     auto request = MakeRandomRequest({.m = 20, .n = 30, .k = 40}, rng);
