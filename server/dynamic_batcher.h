@@ -81,9 +81,15 @@ class DynamicBatcher {
     queue.items.push_back({absl::Now(), std::move(item)});
     ++queued_;
     queued_hint_.store(queued_, std::memory_order_relaxed);
-    // One waiting worker is enough: the batch may now be full, or this
-    // item's deadline the earliest.
-    work_.Signal();
+    // Wake a waiting worker only when this item makes a batch due sooner
+    // than it planned: a new key (its deadline may be the earliest) or a
+    // full batch. Any other item joins a batch whose deadline the worker
+    // already waits for; waking it (a futex call in the submitter's path,
+    // a wake-up for nothing) cost every request of a filling batch.
+    if (queue.items.size() == 1 ||
+        static_cast<int>(queue.items.size()) >= queue.max_batch) {
+      work_.Signal();
+    }
     return absl::OkStatus();
   }
 

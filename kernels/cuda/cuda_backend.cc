@@ -274,16 +274,20 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     ASSIGN_OR_RETURN(cuda::CudaStream stream, cuda::CudaStream::Create());
     ASSIGN_OR_RETURN(cuda::CudaEvent start, cuda::CudaEvent::Create());
     ASSIGN_OR_RETURN(cuda::CudaEvent stop, cuda::CudaEvent::Create());
-    auto lane = std::make_unique<Lane>(
-        Lane{std::move(stream), std::move(start), std::move(stop)});
+    ASSIGN_OR_RETURN(cuda::CudaEvent prepared, cuda::CudaEvent::Create());
+    auto lane =
+        std::make_unique<Lane>(Lane{std::move(stream), std::move(start),
+                                    std::move(stop), std::move(prepared)});
     // cuBLASLt's workspace up front: a cudaMalloc inside the first timed
     // product would count as kernel time (and synchronise the device).
     RETURN_IF_ERROR(
         lane->workspace.Reserve(selector->cublaslt().workspace_bytes()));
     lanes.push_back(std::move(lane));
   }
-  auto backend = std::unique_ptr<CudaBackend>(new CudaBackend(
-      options, std::move(info), std::move(selector), std::move(lanes)));
+  ASSIGN_OR_RETURN(cuda::CudaStream serial_stream, cuda::CudaStream::Create());
+  auto backend = std::unique_ptr<CudaBackend>(
+      new CudaBackend(options, std::move(info), std::move(selector),
+                      std::move(lanes), std::move(serial_stream)));
   CudaBackend* raw = backend.get();
   backend->selector_->SetTuningGuard([raw] { return raw->HoldAllLanes(); });
   return backend;
@@ -291,11 +295,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
                          std::unique_ptr<cuda::GemmSelector> selector,
-                         std::vector<std::unique_ptr<Lane>> lanes)
+                         std::vector<std::unique_ptr<Lane>> lanes,
+                         cuda::CudaStream serial_stream)
     : options_(options),
       info_(std::move(info)),
       selector_(std::move(selector)),
-      lanes_(std::move(lanes)) {
+      lanes_(std::move(lanes)),
+      serial_stream_(std::move(serial_stream)) {
   for (const std::unique_ptr<Lane>& lane : lanes_) {
     free_lanes_.push_back(lane.get());
   }
@@ -361,28 +367,30 @@ int CudaBackend::MaxUsefulBatch(const GemmProblem& problem) const {
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
-                                                  Lane& lane) {
+                                                  Lane& lane,
+                                                  bool after_lane_work) {
   // Resolved before the start event, so that a first call's plan building
   // is not counted as kernel time.
   ASSIGN_OR_RETURN(cuda::KernelChoice choice, selector_->Resolve(problem));
-  cudaStream_t stream = lane.stream.get();
-  auto launch = [&]() -> absl::Status {
+  auto launch = [&](cudaStream_t stream) -> absl::Status {
     RETURN_IF_ERROR(lane.start.Record(stream));
     RETURN_IF_ERROR(
         selector_->RunChoice(choice, problem, stream, lane.workspace));
     return lane.stop.Record(stream);
   };
   if (FillsDevice(problem)) {
-    std::lock_guard<std::mutex> lock(chain_mu_);
-    if (chain_tail_ != nullptr) {
-      RETURN_IF_ERROR(
-          CudaStatus(cudaStreamWaitEvent(stream, chain_tail_->get(), 0),
-                     "cudaStreamWaitEvent"));
+    if (after_lane_work) {
+      RETURN_IF_ERROR(lane.prepared.Record(lane.stream.get()));
     }
-    RETURN_IF_ERROR(launch());
-    chain_tail_ = &lane.stop;
+    std::lock_guard<std::mutex> lock(serial_mu_);
+    if (after_lane_work) {
+      RETURN_IF_ERROR(CudaStatus(
+          cudaStreamWaitEvent(serial_stream_.get(), lane.prepared.get(), 0),
+          "cudaStreamWaitEvent"));
+    }
+    RETURN_IF_ERROR(launch(serial_stream_.get()));
   } else {
-    RETURN_IF_ERROR(launch());
+    RETURN_IF_ERROR(launch(lane.stream.get()));
   }
   RETURN_IF_ERROR(lane.stop.Synchronize());
   GemmRunInfo info;
@@ -442,7 +450,8 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
                 p.c.strides, cc, p.m, p.n, p.batch, c_element,
                 static_cast<char*>(lane.c_buffer.data()), stream, pack));
   }
-  ASSIGN_OR_RETURN(GemmRunInfo info, RunTimed(d, lane));
+  ASSIGN_OR_RETURN(GemmRunInfo info,
+                   RunTimed(d, lane, /*after_lane_work=*/true));
   RETURN_IF_ERROR(StageOut(
       p, cc, static_cast<const char*>(lane.c_buffer.data()), stream, pack));
   RETURN_IF_ERROR(lane.stream.Synchronize());
@@ -452,7 +461,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
   ASSIGN_OR_RETURN(LaneLease lease, AcquireLane());
-  return RunDeviceOnLane(p, lease.lane());
+  return RunDeviceOnLane(p, lease.lane(), /*after_lane_work=*/false);
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
@@ -470,7 +479,8 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
     ASSIGN_OR_RETURN(LaneLease lease, AcquireLane());
     GemmRunInfo total;
     for (const GemmProblem* p : problems) {
-      ASSIGN_OR_RETURN(GemmRunInfo one, RunDeviceOnLane(*p, lease.lane()));
+      ASSIGN_OR_RETURN(GemmRunInfo one,
+                       RunDeviceOnLane(*p, lease.lane(), false));
       total.kernel = one.kernel;
       total.kernel_seconds += one.kernel_seconds;
     }
@@ -511,7 +521,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
   if (shared_b && 2 * p.m * (p.k + p.n) <= p.k * p.n) {
     return RunStacked(p, bs.front(), lane);
   }
-  return RunDeviceOnLane(p, lane);
+  return RunDeviceOnLane(p, lane, /*after_lane_work=*/true);  // the arrays
 }
 
 namespace {
@@ -565,7 +575,8 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunStacked(const GemmProblem& p,
   stacked.b = {.data = shared_b,
                .strides = {0, p.b.strides.row, p.b.strides.col}};
   stacked.c = {.data = c_stack.data(), .strides = {0, p.n, 1}};
-  ASSIGN_OR_RETURN(GemmRunInfo info, RunDeviceOnLane(stacked, lane));
+  ASSIGN_OR_RETURN(GemmRunInfo info,
+                   RunDeviceOnLane(stacked, lane, /*after_lane_work=*/true));
   RETURN_IF_ERROR(cuda::CopyMatrix({c_stack.data(), nullptr, c_dense},
                                    c_entries, entries, p.m, p.n, c_element,
                                    stream));
@@ -577,7 +588,8 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunStacked(const GemmProblem& p,
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(const GemmProblem& p,
-                                                         Lane& lane) {
+                                                         Lane& lane,
+                                                         bool after_lane_work) {
   cudaStream_t stream = lane.stream.get();
   const Classified ca = Classify(p.a.strides, p.m, p.k);
   const Classified cb = Classify(p.b.strides, p.k, p.n);
@@ -637,7 +649,9 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(const GemmProblem& p,
     d.c.strides = Normalized(cc, p.c.strides.batch);
   }
 
-  ASSIGN_OR_RETURN(GemmRunInfo info, RunTimed(d, lane));
+  ASSIGN_OR_RETURN(
+      GemmRunInfo info,
+      RunTimed(d, lane, after_lane_work || gather_a || gather_b || gather_c));
   if (gather_c) {
     RETURN_IF_ERROR(cuda::CopyMatrix({d.c.data, nullptr, d.c.strides},
                                      {p.c.data, p.c.pointers, p.c.strides},

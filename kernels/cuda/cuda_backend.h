@@ -21,8 +21,12 @@
 // Construct once per device and share: all methods are thread-safe. Up to
 // `streams` calls run at once, each on a lane of its own (stream, timing
 // events, workspace, staging buffers), so one call's host work overlaps
-// another's kernel; further callers wait for a free lane. The selector's
-// background tuning runs beside them on its own stream.
+// another's kernel; further callers wait for a free lane. A product that
+// fills the device (a wave of 128x128 tiles) itself runs on one stream
+// that all lanes share, its staging and gathers staying on its lane: such
+// products run back to back in the order they were queued, never two at
+// once, and with no cross-stream wait between one and the next. The
+// selector's background tuning runs beside them on its own stream.
 #ifndef MATMUL_KERNELS_CUDA_CUDA_BACKEND_H_
 #define MATMUL_KERNELS_CUDA_CUDA_BACKEND_H_
 
@@ -101,6 +105,9 @@ class CudaBackend : public GemmBackend {
     cuda::CudaStream stream;
     cuda::CudaEvent start;
     cuda::CudaEvent stop;
+    // Marks the lane's work that a product on the shared stream must wait
+    // for (staging, gathers).
+    cuda::CudaEvent prepared;
     cuda::DeviceBuffer workspace;
     // Staging for RunHost and stacked batches (a, c), pointer arrays for
     // RunBatch: grown on demand, kept between calls.
@@ -115,7 +122,8 @@ class CudaBackend : public GemmBackend {
 
   CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
               std::unique_ptr<cuda::GemmSelector> selector,
-              std::vector<std::unique_ptr<Lane>> lanes);
+              std::vector<std::unique_ptr<Lane>> lanes,
+              cuda::CudaStream serial_stream);
 
   // Waits for a free lane; makes the backend's device current.
   absl::StatusOr<LaneLease> AcquireLane();
@@ -124,14 +132,14 @@ class CudaBackend : public GemmBackend {
   std::shared_ptr<void> HoldAllLanes();
   // True when `problem` alone has a wave of 128x128 tiles for the device.
   bool FillsDevice(const GemmProblem& problem) const;
-  // Runs `problem` (device pointers, unit-stride layouts) on the lane's
-  // stream between its timing events and waits for it. Products that fill
-  // the device run one after another on it, whichever lanes they come
-  // from: each waits (on the GPU, through an event) for the previous one,
-  // so two never share the device and none waits for the host.
-  absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem, Lane& lane);
+  // Runs `problem` (device pointers, unit-stride layouts) between the
+  // lane's timing events and waits for it: on the lane's stream, or on the
+  // shared one when it fills the device (see above). `after_lane_work`:
+  // the product reads what the lane's stream has queued before it.
+  absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem, Lane& lane,
+                                       bool after_lane_work);
   absl::StatusOr<GemmRunInfo> RunDeviceOnLane(const GemmProblem& problem,
-                                              Lane& lane);
+                                              Lane& lane, bool after_lane_work);
   // `batched`: a pointer-array product (arrays on the device) whose entries
   // all read B at `shared_b`; runs as one stacked product (see above).
   absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,
@@ -142,10 +150,11 @@ class CudaBackend : public GemmBackend {
   std::unique_ptr<cuda::GemmSelector> selector_;
 
   const std::vector<std::unique_ptr<Lane>> lanes_;
-  std::mutex chain_mu_;
-  // The stop event of the lane that last queued a product filling the
-  // device (its later records only come after that product).
-  cuda::CudaEvent* chain_tail_ = nullptr;  // guarded by chain_mu_
+  // Where products that fill the device run (see above).
+  const cuda::CudaStream serial_stream_;
+  // Keeps a product's wait, start event, kernel and stop event together on
+  // the shared stream, so that its timing holds no other lane's product.
+  std::mutex serial_mu_;
   std::mutex lanes_mu_;
   std::condition_variable lane_freed_;
   std::vector<Lane*> free_lanes_;  // guarded by lanes_mu_

@@ -1,7 +1,11 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <cmath>
 #include <random>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/gpu_test_util.h"
 #include "kernels/cuda/own_kernels.h"
@@ -233,6 +237,47 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
       }
     }
   }
+}
+
+// Products that fill the GPU run on one stream that all lanes share: from
+// several threads at once, through RunDevice and RunHost, each caller must
+// still get its own complete output and a kernel time of its own.
+TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
+  const int sms = backend_->devices()[0].multiprocessors;
+  // A wave of 128x128 tiles: what makes a product fill the device.
+  const int64_t side = 128 * static_cast<int64_t>(std::ceil(std::sqrt(sms)));
+  constexpr int kThreads = 4;
+  constexpr int kEach = 4;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([this, t, side] {
+      std::mt19937_64 rng(1000 + t);
+      for (int i = 0; i < kEach; ++i) {
+        ProblemSpec spec;
+        spec.m = side;
+        spec.n = side + 8 * t;
+        spec.k = 40;
+        spec.b = OperandLayout::kColMajor;
+        SCOPED_TRACE(absl::StrCat(spec.Name(), " thread ", t, " run ", i));
+        auto host = MakeHostProblem(spec, rng);
+        absl::StatusOr<GemmRunInfo> info;
+        if (i % 2 == 0) {
+          auto device = ::matmul::testing::Upload(host);
+          ASSERT_TRUE(device.ok()) << device.status();
+          info = backend_->RunDevice(device->problem);
+          ASSERT_TRUE(info.ok()) << info.status();
+          ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+        } else {
+          info = backend_->RunHost(host.problem);
+          ASSERT_TRUE(info.ok()) << info.status();
+        }
+        EXPECT_GT(info->kernel_seconds, 0.0);
+        EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
+        EXPECT_FALSE(::matmul::testing::OutsideWritten(host));
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
 }
 
 // A request that mixes inline operands with operands in GPU regions runs

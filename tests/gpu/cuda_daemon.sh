@@ -4,10 +4,11 @@
 #                                               server
 #   stop_cuda_daemon [log lines]                SIGTERM, prints the log's tail,
 #                                               returns the daemon's exit code
+# SERVER names the matmul-server binary (default bundle/matmul-server).
 start_cuda_daemon() {
   dir=${dir:-$(mktemp -d)}
   sock="unix:$dir/matmul.sock"
-  bundle/matmul-server --backend=cuda --listen="$sock" "$@" \
+  ${SERVER:-bundle/matmul-server} --backend=cuda --listen="$sock" "$@" \
     >"$dir/server.log" 2>&1 &
   server=$!
   for _ in $(seq 100); do  # the daemon needs a moment to bind its socket
