@@ -63,6 +63,7 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
       c->set_inline_data(product->operands->TakeOutput());
     }
     response->set_backend(backend_.name());
+    response->set_device_index(device_index_);
     response->set_kernel(run->kernel);
     response->set_batch_size(static_cast<uint32_t>(batch_size));
 

@@ -17,8 +17,10 @@ namespace matmul {
 
 class MatmulRunner {
  public:
-  MatmulRunner(GemmBackend& backend, ServerMetrics& metrics)
-      : backend_(backend), metrics_(metrics) {}
+  // `device_index`: the backend's place in GetServerInfo's device list,
+  // reported in every response.
+  MatmulRunner(GemmBackend& backend, ServerMetrics& metrics, int device_index)
+      : backend_(backend), metrics_(metrics), device_index_(device_index) {}
 
   // Every product of `batch` shares one batch key. Each one's `finish` has
   // run when this returns. Thread-safe.
@@ -32,6 +34,7 @@ class MatmulRunner {
 
   GemmBackend& backend_;
   ServerMetrics& metrics_;
+  const int device_index_;
 };
 
 }  // namespace matmul

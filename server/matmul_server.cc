@@ -50,8 +50,11 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     region_options.shm_prefix = options.shm_prefix;
     region_options.cuda_device = lane.backend->cuda_device();
     lane.region_opener = std::make_unique<RegionOpener>(region_options);
+    // One device per backend (backend_factory), listed by GetServerInfo in
+    // lane order.
     lane.runner =
-        std::make_unique<MatmulRunner>(*lane.backend, *server->metrics_);
+        std::make_unique<MatmulRunner>(*lane.backend, *server->metrics_,
+                                       static_cast<int>(server->lanes_.size()));
     MatmulRunner* runner = lane.runner.get();
     ASSIGN_OR_RETURN(
         lane.executor,

@@ -197,7 +197,10 @@ TEST(LanesTest, InlineRequestsGoToTheLeastLoadedLane) {
   EXPECT_EQ(slow.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
       << "the small product waited for the slow one";
   EXPECT_EQ(daemon.server().lanes()[0].executor->running(), 1);
-  ASSERT_TRUE(slow.get().ok());
+  EXPECT_EQ(response->device_index(), 1);
+  absl::StatusOr<v1::MatmulResponse> slow_response = slow.get();
+  ASSERT_TRUE(slow_response.ok()) << slow_response.status();
+  EXPECT_EQ(slow_response->device_index(), 0);
   absl::StatusOr<v1::GetServerInfoResponse> info =
       daemon.client().GetServerInfo(absl::Seconds(10));
   ASSERT_TRUE(info.ok());

@@ -49,6 +49,11 @@ class MatmulServiceStub(object):
                 request_serializer=matmul_dot_v1_dot_matmul__pb2.ListRegionsRequest.SerializeToString,
                 response_deserializer=matmul_dot_v1_dot_matmul__pb2.ListRegionsResponse.FromString,
                 )
+        self.AttachRing = channel.unary_stream(
+                '/matmul.v1.MatmulService/AttachRing',
+                request_serializer=matmul_dot_v1_dot_matmul__pb2.AttachRingRequest.SerializeToString,
+                response_deserializer=matmul_dot_v1_dot_matmul__pb2.RingEvent.FromString,
+                )
 
 
 class MatmulServiceServicer(object):
@@ -100,6 +105,15 @@ class MatmulServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AttachRing(self, request, context):
+        """A shared-memory request ring for clients on this host: MatmulRequests
+        written into its slots are answered in place, without a gRPC round trip
+        each (see common/request_ring_layout.h).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MatmulServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +151,11 @@ def add_MatmulServiceServicer_to_server(servicer, server):
                     servicer.ListRegions,
                     request_deserializer=matmul_dot_v1_dot_matmul__pb2.ListRegionsRequest.FromString,
                     response_serializer=matmul_dot_v1_dot_matmul__pb2.ListRegionsResponse.SerializeToString,
+            ),
+            'AttachRing': grpc.unary_stream_rpc_method_handler(
+                    servicer.AttachRing,
+                    request_deserializer=matmul_dot_v1_dot_matmul__pb2.AttachRingRequest.FromString,
+                    response_serializer=matmul_dot_v1_dot_matmul__pb2.RingEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -264,5 +283,22 @@ class MatmulService(object):
         return grpc.experimental.unary_unary(request, target, '/matmul.v1.MatmulService/ListRegions',
             matmul_dot_v1_dot_matmul__pb2.ListRegionsRequest.SerializeToString,
             matmul_dot_v1_dot_matmul__pb2.ListRegionsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def AttachRing(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(request, target, '/matmul.v1.MatmulService/AttachRing',
+            matmul_dot_v1_dot_matmul__pb2.AttachRingRequest.SerializeToString,
+            matmul_dot_v1_dot_matmul__pb2.RingEvent.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
