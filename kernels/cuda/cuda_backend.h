@@ -132,12 +132,16 @@ class CudaBackend : public GemmBackend {
   std::shared_ptr<void> HoldAllLanes();
   // True when `problem` alone has a wave of 128x128 tiles for the device.
   bool FillsDevice(const GemmProblem& problem) const;
-  // Runs `problem` (device pointers, unit-stride layouts) between the
-  // lane's timing events and waits for it: on the lane's stream, or on the
-  // shared one when it fills the device (see above). `after_lane_work`:
-  // the product reads what the lane's stream has queued before it.
+  // Runs `problem` (device pointers, unit-stride layouts), timed with CUDA
+  // events, and waits for it: on the lane's stream, or on the shared one
+  // when it fills the device (see above). `after_lane_work`: the product
+  // reads what the lane's stream has queued before it.
   absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem, Lane& lane,
                                        bool after_lane_work);
+  // RunTimed for a product that fills the device, on the shared stream.
+  absl::StatusOr<GemmRunInfo> RunSerial(const cuda::KernelChoice& choice,
+                                        const GemmProblem& problem, Lane& lane,
+                                        bool after_lane_work);
   absl::StatusOr<GemmRunInfo> RunDeviceOnLane(const GemmProblem& problem,
                                               Lane& lane, bool after_lane_work);
   // `batched`: a pointer-array product (arrays on the device) whose entries
@@ -152,8 +156,11 @@ class CudaBackend : public GemmBackend {
   const std::vector<std::unique_ptr<Lane>> lanes_;
   // Where products that fill the device run (see above).
   const cuda::CudaStream serial_stream_;
-  // Keeps a product's wait, start event, kernel and stop event together on
-  // the shared stream, so that its timing holds no other lane's product.
+  // Events that mark where products start and end on the shared stream,
+  // and the mark after the last product queued there (guarded by
+  // serial_mu_, which also keeps a product's marks and kernel together).
+  cuda::EventPool serial_marks_;
+  std::shared_ptr<cuda::CudaEvent> last_serial_mark_;
   std::mutex serial_mu_;
   std::mutex lanes_mu_;
   std::condition_variable lane_freed_;

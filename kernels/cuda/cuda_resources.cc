@@ -115,6 +115,25 @@ absl::Status CudaEvent::Synchronize() const {
   return CudaStatus(cudaEventSynchronize(event_), "cudaEventSynchronize");
 }
 
+absl::StatusOr<std::shared_ptr<CudaEvent>> EventPool::Take() {
+  std::unique_ptr<CudaEvent> event;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!free_.empty()) {
+      event = std::move(free_.back());
+      free_.pop_back();
+    }
+  }
+  if (event == nullptr) {
+    ASSIGN_OR_RETURN(CudaEvent created, CudaEvent::Create());
+    event = std::make_unique<CudaEvent>(std::move(created));
+  }
+  return std::shared_ptr<CudaEvent>(event.release(), [this](CudaEvent* e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.emplace_back(e);
+  });
+}
+
 absl::StatusOr<double> CudaEvent::ElapsedSeconds(const CudaEvent& start,
                                                  const CudaEvent& stop) {
   float ms = 0.0f;

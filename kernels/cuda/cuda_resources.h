@@ -9,6 +9,8 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -100,6 +102,18 @@ class CudaEvent {
  private:
   CudaEvent() = default;
   cudaEvent_t event_ = nullptr;
+};
+
+// Timing events handed out as shared pointers: an event goes back to the
+// pool when its last holder lets go, so that a holder can keep reading a
+// mark another thread recorded. The pool must outlive its events.
+class EventPool {
+ public:
+  absl::StatusOr<std::shared_ptr<CudaEvent>> Take();
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<CudaEvent>> free_;  // guarded by mu_
 };
 
 // Makes `device` current for the calling thread for the object's lifetime
