@@ -42,7 +42,8 @@ ABSL_FLAG(int, cpu_threads, 0,
           "among --worker_threads.");
 ABSL_FLAG(int, worker_threads, 2,
           "Threads that run batches (each blocks on one launch at a time; "
-          "on the CUDA backend each has a stream of its own).");
+          "on the CUDA backend each has a stream of its own). Products that "
+          "fill the GPU alone keep it busier with 4.");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");
