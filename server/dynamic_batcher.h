@@ -84,8 +84,9 @@ class DynamicBatcher {
     // Wake a waiting worker only when this item makes a batch due sooner
     // than it planned: a new key (its deadline may be the earliest) or a
     // full batch. Any other item joins a batch whose deadline the worker
-    // already waits for; waking it (a futex call in the submitter's path,
-    // a wake-up for nothing) cost every request of a filling batch.
+    // already waits for; waking it would put a futex call in the
+    // submitter's path and a wake-up for nothing in the worker's, for
+    // every request of a filling batch.
     if (queue.items.size() == 1 ||
         static_cast<int>(queue.items.size()) >= queue.max_batch) {
       work_.Signal();

@@ -509,7 +509,8 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
     GemmRunInfo total;
     for (const GemmProblem* p : problems) {
       ASSIGN_OR_RETURN(GemmRunInfo one,
-                       RunDeviceOnLane(*p, lease.lane(), false));
+                       RunDeviceOnLane(*p, lease.lane(),
+                                       /*after_lane_work=*/false));
       total.kernel = one.kernel;
       total.kernel_seconds += one.kernel_seconds;
     }
