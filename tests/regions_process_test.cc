@@ -8,7 +8,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -94,15 +93,6 @@ class Child {
   pid_t pid_ = -1;
   int out_ = -1;
 };
-
-int MappingsOf(const std::string& shm_name) {
-  std::ifstream maps("/proc/self/maps");
-  int count = 0;
-  for (std::string line; std::getline(maps, line);) {
-    count += line.find("/dev/shm/" + shm_name) != std::string::npos;
-  }
-  return count;
-}
 
 TEST(RegionsProcessTest, KilledClientHasItsRegionsReleased) {
   TestDaemon daemon;

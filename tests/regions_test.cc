@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,23 +29,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
-
-// Lines of /proc/self/maps that map /dev/shm/<name>: the daemon runs in
-// this process, so its mappings show up beside the client's own.
-int MappingsOf(const std::string& shm_name) {
-  std::ifstream maps("/proc/self/maps");
-  const std::string path = "/dev/shm/" + shm_name;
-  int count = 0;
-  for (std::string line; std::getline(maps, line);) {
-    const size_t at = line.find(path);
-    // The path ends the line, or " (deleted)" follows once unlinked.
-    if (at != std::string::npos &&
-        (at + path.size() == line.size() || line[at + path.size()] == ' ')) {
-      ++count;
-    }
-  }
-  return count;
-}
 
 bool ShmExists(const std::string& name) {
   return access(("/dev/shm/" + name).c_str(), F_OK) == 0;

@@ -3,7 +3,6 @@
 // cannot carry go over gRPC, bad requests get their status in the slot,
 // a request that times out gives its slot back once the daemon answers it,
 // --max_rings, and what happens when either side goes away.
-#include <fstream>
 #include <future>
 #include <random>
 #include <string>
@@ -26,16 +25,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kTimeout = absl::Seconds(60);
-
-// Mappings of /dev/shm/<name> in this process (the daemon's included).
-int MappingsOf(const std::string& shm_name) {
-  std::ifstream maps("/proc/self/maps");
-  int count = 0;
-  for (std::string line; std::getline(maps, line);) {
-    count += line.find("/dev/shm/" + shm_name) != std::string::npos;
-  }
-  return count;
-}
 
 // A session and a registered shm segment of its own: one per thread.
 struct Workspace {

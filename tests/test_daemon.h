@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -34,6 +35,23 @@ inline double MetricValue(const std::string& scrape,
   const size_t at = ("\n" + scrape).find(key);
   if (at == std::string::npos) return -1;
   return std::stod(scrape.substr(at + key.size() - 1));
+}
+
+// Lines of /proc/self/maps that map /dev/shm/<name>: the daemon runs in
+// this process, so its mappings show up beside the client's own.
+inline int MappingsOf(const std::string& shm_name) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string path = "/dev/shm/" + shm_name;
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) {
+    const size_t at = line.find(path);
+    // The path ends the line, or " (deleted)" follows once unlinked.
+    if (at != std::string::npos &&
+        (at + path.size() == line.size() || line[at + path.size()] == ' ')) {
+      ++count;
+    }
+  }
+  return count;
 }
 
 // Polls `condition` every 5 ms for up to `timeout`; returns its last value.
