@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/dynamic_batcher.h"
+#include "server/fine_timer_slack.h"
 
 namespace matmul {
 
@@ -84,6 +85,7 @@ class Executor {
   }
 
   void WorkerLoop() {
+    UseFineTimerSlack();  // waits for batch deadlines
     while (std::optional<typename DynamicBatcher<Item>::Batch> batch =
                batcher_.Next()) {
       const int size = static_cast<int>(batch->items.size());

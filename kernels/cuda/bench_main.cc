@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_selector.h"
 #include "kernels/cuda/own_kernels.h"
+#include "kernels/cuda/sustained_run.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, shapes,
@@ -46,6 +48,14 @@ ABSL_FLAG(int, max_shared_bytes, 0,
           "Shared-memory limit for own configs (0: the device's opt-in "
           "limit; 101376 imposes the GB10's).");
 ABSL_FLAG(std::string, json, "", "Also write every timing as JSON here.");
+ABSL_FLAG(double, sustained_s, 0.0,
+          "Also run each shape's pick back to back for this many seconds "
+          "(after as long a warm-up) over --operand_sets rotating A and C "
+          "with one shared B, as a daemon serving that many clients does, "
+          "without and with a timing event after each product: the "
+          "standalone figure to hold a service run against. 0: skip.");
+ABSL_FLAG(int, operand_sets, 4,
+          "Distinct A and C buffers the --sustained_s run rotates through.");
 ABSL_FLAG(bool, candidates, false,
           "Print every candidate's time, not just the table.");
 
@@ -119,6 +129,7 @@ struct Row {
   std::map<std::string, bool> family_fits;      // that best fits 99 KiB
   double spark = 0, lt = 0, pick = 0;
   std::string spark_name, lt_name, pick_name;
+  std::optional<SustainedResult> sustained;
 };
 
 std::string Cell(double tflops, double lt) {
@@ -224,6 +235,15 @@ absl::Status Main() {
           row.spark_name = spark->choice.name;
         }
         (void)tuned;
+        if (absl::GetFlag(FLAGS_sustained_s) > 0 && r + 1 == repeat) {
+          std::fprintf(stderr, "  sustained run of %s ...\n",
+                       pick.name.c_str());
+          SustainedOptions sustained;
+          sustained.seconds = absl::GetFlag(FLAGS_sustained_s);
+          sustained.operand_sets = absl::GetFlag(FLAGS_operand_sets);
+          ASSIGN_OR_RETURN(row.sustained,
+                           RunSustained(*selector, pick, p, sustained));
+        }
 
         nlohmann::json entry;
         entry["shape"] = row.shape;
@@ -233,6 +253,15 @@ absl::Status Main() {
         entry["cublaslt_best"] = {{"kernel", row.lt_name}, {"tflops", row.lt}};
         entry["spark_best"] = {{"kernel", row.spark_name},
                                {"tflops", row.spark}};
+        if (row.sustained.has_value()) {
+          entry["sustained"] = {
+              {"kernel", row.sustained->choice.name},
+              {"products", row.sustained->products},
+              {"operand_sets", absl::GetFlag(FLAGS_operand_sets)},
+              {"back_to_back_tflops", row.sustained->back_to_back_tflops},
+              {"event_after_each_tflops",
+               row.sustained->event_after_each_tflops}};
+        }
         entry["candidates"] = nlohmann::json::array();
         for (const CandidateTiming& t : timings) {
           nlohmann::json c = {
@@ -293,6 +322,26 @@ absl::Status Main() {
                           Cell(row.spark, row.lt), row.lt,
                           Cell(row.pick, row.lt), row.pick_name);
     std::printf("%s", line.c_str());
+  }
+  if (absl::GetFlag(FLAGS_sustained_s) > 0) {
+    std::printf(
+        "\nSustained (%.1f s per column after as long a warm-up, %d rotating "
+        "A/C sets, shared B; median of 20 ms windows), TFLOPS:\n%-18s %-3s "
+        "%-28s %8s %14s %14s\n",
+        absl::GetFlag(FLAGS_sustained_s), absl::GetFlag(FLAGS_operand_sets),
+        "shape", "ab", "pick", "table", "back to back", "event after");
+    for (const Row& row : rows) {
+      if (!row.sustained.has_value()) continue;
+      const SustainedResult& s = *row.sustained;
+      std::printf("%-18s %-3s %-28s %8.0f %8.0f (%.2f) %8.0f (%.2f)\n",
+                  row.shape.c_str(), row.layout.c_str(), s.choice.name.c_str(),
+                  row.pick, s.back_to_back_tflops,
+                  s.back_to_back_tflops / row.pick, s.event_after_each_tflops,
+                  s.event_after_each_tflops / s.back_to_back_tflops);
+    }
+    std::printf(
+        "(back to back: ratio to the table's pick; event after: ratio to "
+        "back to back)\n");
   }
   if (repeat > 1) {
     std::printf(

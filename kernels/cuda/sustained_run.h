@@ -1,0 +1,40 @@
+// The selector's pick for one shape run back to back for seconds, the way a
+// busy daemon runs it: several clients' A and C (rotated, so they do not
+// all sit in L2 as one benchmark buffer would) against one shared B, with
+// the GPU's clocks under sustained load. Short interleaved timings (what
+// tuning and matmul-bench's table use) let the GPU cool and keep reused
+// operands in L2; this is the standalone figure a service run compares
+// with. It also measures what one timing event after each product costs.
+#ifndef MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
+#define MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/gemm_selector.h"
+#include "kernels/gemm_problem.h"
+
+namespace matmul::cuda {
+
+struct SustainedOptions {
+  double seconds = 3.0;          // each measured phase, after as long a warm-up
+  int operand_sets = 4;          // distinct A and C, like this many clients
+  double window_seconds = 0.02;  // one TFLOPS sample per window
+};
+
+struct SustainedResult {
+  KernelChoice choice;
+  int64_t products = 0;  // per phase
+  // Median over windows of the phase's TFLOPS.
+  double back_to_back_tflops = 0;      // no event between products
+  double event_after_each_tflops = 0;  // one timing event after each
+};
+
+// Runs `choice` on `problem` (its pointers are ignored: private random data
+// is allocated) on a stream of its own.
+absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
+                                             const KernelChoice& choice,
+                                             const GemmProblem& problem,
+                                             const SustainedOptions& options);
+
+}  // namespace matmul::cuda
+
+#endif  // MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
