@@ -44,6 +44,11 @@ ABSL_FLAG(int, worker_threads, 2,
           "Threads that run batches (each blocks on one launch at a time; "
           "on the CUDA backend each has a stream of its own). Products that "
           "fill the GPU alone keep it busier with 4.");
+ABSL_FLAG(double, serial_min_waves, 1.0,
+          "CUDA: products (or batches) with at least this many waves of "
+          "128x128 output tiles run one after another on one stream that "
+          "all workers share; smaller ones run on their worker's own "
+          "stream, beside each other.");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");
@@ -156,6 +161,7 @@ int main(int argc, char** argv) {
   // One CUDA stream per worker, so that workers never wait for each other.
   backend_options.cuda_streams =
       std::max(1, absl::GetFlag(FLAGS_worker_threads));
+  backend_options.cuda_serial_min_waves = absl::GetFlag(FLAGS_serial_min_waves);
   if (backend_options.cpu_threads <= 0) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     backend_options.cpu_threads =

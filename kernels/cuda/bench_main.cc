@@ -260,7 +260,10 @@ absl::Status Main() {
               {"operand_sets", absl::GetFlag(FLAGS_operand_sets)},
               {"back_to_back_tflops", row.sustained->back_to_back_tflops},
               {"event_after_each_tflops",
-               row.sustained->event_after_each_tflops}};
+               row.sustained->event_after_each_tflops},
+              {"plain_event_after_each_tflops",
+               row.sustained->plain_event_after_each_tflops},
+              {"streams_tflops", row.sustained->lanes_tflops}};
         }
         entry["candidates"] = nlohmann::json::array();
         for (const CandidateTiming& t : timings) {
@@ -325,23 +328,30 @@ absl::Status Main() {
   }
   if (absl::GetFlag(FLAGS_sustained_s) > 0) {
     std::printf(
-        "\nSustained (%.1f s per column after as long a warm-up, %d rotating "
-        "A/C sets, shared B; median of 20 ms windows), TFLOPS:\n%-18s %-3s "
-        "%-28s %8s %14s %14s\n",
+        "\nSustained: the pick back to back, %.1f s per column after as long "
+        "a warm-up, %d rotating A/C sets and one B. TFLOPS (ratio to back to "
+        "back; back to back: to the table's pick)\n%-18s %-3s %-22s %6s "
+        "%13s %13s %13s %13s\n",
         absl::GetFlag(FLAGS_sustained_s), absl::GetFlag(FLAGS_operand_sets),
-        "shape", "ab", "pick", "table", "back to back", "event after");
+        "shape", "ab", "pick", "table", "back to back", "timing event",
+        "plain event", "streams");
     for (const Row& row : rows) {
       if (!row.sustained.has_value()) continue;
       const SustainedResult& s = *row.sustained;
-      std::printf("%-18s %-3s %-28s %8.0f %8.0f (%.2f) %8.0f (%.2f)\n",
-                  row.shape.c_str(), row.layout.c_str(), s.choice.name.c_str(),
-                  row.pick, s.back_to_back_tflops,
-                  s.back_to_back_tflops / row.pick, s.event_after_each_tflops,
-                  s.event_after_each_tflops / s.back_to_back_tflops);
+      const double b2b = s.back_to_back_tflops;
+      std::printf(
+          "%-18s %-3s %-22s %6.0f %6.0f (%.2f) %6.0f (%.2f) %6.0f (%.2f) "
+          "%6.0f (%.2f)\n",
+          row.shape.c_str(), row.layout.c_str(), s.choice.name.c_str(),
+          row.pick, b2b, b2b / row.pick, s.event_after_each_tflops,
+          s.event_after_each_tflops / b2b, s.plain_event_after_each_tflops,
+          s.plain_event_after_each_tflops / b2b, s.lanes_tflops,
+          s.lanes_tflops / b2b);
     }
     std::printf(
-        "(back to back: ratio to the table's pick; event after: ratio to "
-        "back to back)\n");
+        "(timing / plain event: one recorded after each product; streams: "
+        "round robin over %d streams, an event pair around each product)\n",
+        absl::GetFlag(FLAGS_operand_sets));
   }
   if (repeat > 1) {
     std::printf(

@@ -269,6 +269,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("streams is ", options.streams, "; expected >= 1"));
   }
+  if (!(options.serial_min_waves > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "serial_min_waves is ", options.serial_min_waves, "; expected > 0"));
+  }
   std::vector<std::unique_ptr<Lane>> lanes;
   for (int i = 0; i < options.streams; ++i) {
     ASSIGN_OR_RETURN(cuda::CudaStream stream, cuda::CudaStream::Create());
@@ -362,6 +366,12 @@ bool CudaBackend::FillsDevice(const GemmProblem& p) const {
          int64_t{128} * 128 * std::max(1, info_.multiprocessors);
 }
 
+bool CudaBackend::RunsSerially(const GemmProblem& p) const {
+  return static_cast<double>(p.batch * p.m * p.n) >=
+         options_.serial_min_waves * 128 * 128 *
+             std::max(1, info_.multiprocessors);
+}
+
 int CudaBackend::MaxUsefulBatch(const GemmProblem& problem) const {
   return FillsDevice(problem) ? 1 : 0;
 }
@@ -372,7 +382,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
   // Resolved before the start event, so that a first call's plan building
   // is not counted as kernel time.
   ASSIGN_OR_RETURN(cuda::KernelChoice choice, selector_->Resolve(problem));
-  if (FillsDevice(problem)) {
+  if (RunsSerially(problem)) {
     return RunSerial(choice, problem, lane, after_lane_work);
   }
   cudaStream_t stream = lane.stream.get();

@@ -62,6 +62,9 @@ struct CudaBackendOptions {
   bool use_cublaslt = true;
   // Products in flight at once (lanes); >= 1.
   int streams = 2;
+  // Products with at least this many waves of 128x128 output tiles run on
+  // the stream all lanes share (see CudaBackend); > 0.
+  double serial_min_waves = 1.0;
 };
 
 // Number of usable CUDA devices; 0 when there is no GPU, no driver or the
@@ -132,6 +135,9 @@ class CudaBackend : public GemmBackend {
   std::shared_ptr<void> HoldAllLanes();
   // True when `problem` alone has a wave of 128x128 tiles for the device.
   bool FillsDevice(const GemmProblem& problem) const;
+  // True when `problem` runs on the shared stream: options_.serial_min_waves
+  // waves of 128x128 tiles.
+  bool RunsSerially(const GemmProblem& problem) const;
   // Runs `problem` (device pointers, unit-stride layouts), timed with CUDA
   // events, and waits for it: on the lane's stream, or on the shared one
   // when it fills the device (see above). `after_lane_work`: the product

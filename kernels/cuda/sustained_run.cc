@@ -1,11 +1,13 @@
 #include "kernels/cuda/sustained_run.h"
 
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_resources.h"
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_ops.h"
 
 namespace matmul::cuda {
@@ -42,10 +44,9 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
                                              const GemmProblem& problem,
                                              const SustainedOptions& options) {
   if (options.seconds <= 0 || options.operand_sets < 1 ||
-      options.window_seconds <= 0 || options.window_seconds > options.seconds) {
+      options.operand_sets > 64) {
     return absl::InvalidArgumentError(
-        "sustained run: need seconds > 0, operand_sets >= 1 and 0 < "
-        "window_seconds <= seconds");
+        "sustained run: need seconds > 0 and 1 <= operand_sets <= 64");
   }
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
   ASSIGN_OR_RETURN(Operands operands,
@@ -66,9 +67,10 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
   };
 
   // Warm-up for as long as a phase (clocks settle under load), timed once
-  // to size the windows.
+  // to size the phases.
   ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create());
   ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create());
+  ASSIGN_OR_RETURN(CudaEvent after_each, CudaEvent::Create());
   RETURN_IF_ERROR(launch());  // first call: plan and workspace set up
   RETURN_IF_ERROR(stream.Synchronize());
   const int64_t warmup = std::max<int64_t>(
@@ -79,42 +81,78 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
   RETURN_IF_ERROR(stop.Synchronize());
   ASSIGN_OR_RETURN(double warm_seconds, CudaEvent::ElapsedSeconds(start, stop));
   const double per_product = warm_seconds / warmup;
-  const int64_t per_window = std::max<int64_t>(
-      1, static_cast<int64_t>(options.window_seconds / per_product));
-  const int windows = std::max(
-      1, static_cast<int>(options.seconds / (per_window * per_product)));
+  const int64_t count =
+      std::max<int64_t>(1, static_cast<int64_t>(options.seconds / per_product));
 
-  std::vector<CudaEvent> marks;
-  for (int w = 0; w <= windows; ++w) {
-    ASSIGN_OR_RETURN(CudaEvent mark, CudaEvent::Create());
-    marks.push_back(std::move(mark));
+  // Lanes for the concurrent phase, each with its own event pair.
+  struct Lane {
+    CudaStream stream;
+    CudaEvent start, stop;
+    DeviceBuffer workspace;
+  };
+  std::vector<Lane> lanes;
+  for (int i = 0; i < options.operand_sets; ++i) {
+    ASSIGN_OR_RETURN(CudaStream s, CudaStream::Create());
+    ASSIGN_OR_RETURN(CudaEvent a, CudaEvent::Create());
+    ASSIGN_OR_RETURN(CudaEvent b, CudaEvent::Create());
+    lanes.push_back({std::move(s), std::move(a), std::move(b), {}});
   }
-  ASSIGN_OR_RETURN(CudaEvent after_each, CudaEvent::Create());
-  auto phase = [&](bool event_after_each) -> absl::StatusOr<double> {
-    RETURN_IF_ERROR(marks[0].Record(stream.get()));
-    for (int w = 0; w < windows; ++w) {
-      for (int64_t i = 0; i < per_window; ++i) {
-        RETURN_IF_ERROR(launch());
-        // What the daemon records between products on its shared stream.
-        if (event_after_each) RETURN_IF_ERROR(after_each.Record(stream.get()));
+  cudaEvent_t plain = nullptr;
+  RETURN_IF_ERROR(
+      CudaStatus(cudaEventCreateWithFlags(&plain, cudaEventDisableTiming),
+                 "cudaEventCreateWithFlags"));
+  // Owns `plain` from here on.
+  std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> plain_owner(
+      plain, &cudaEventDestroy);
+
+  enum class Mode { kBackToBack, kTimingEvent, kPlainEvent, kLanes };
+  auto phase = [&](Mode mode) -> absl::StatusOr<double> {
+    RETURN_IF_ERROR(start.Record(stream.get()));
+    for (Lane& lane : lanes) {
+      RETURN_IF_ERROR(
+          CudaStatus(cudaStreamWaitEvent(lane.stream.get(), start.get(), 0),
+                     "cudaStreamWaitEvent"));
+    }
+    for (int64_t i = 0; i < count; ++i) {
+      if (mode == Mode::kLanes) {
+        // What the daemon's lanes do with products below
+        // serial_min_waves: an event pair around each, on its own stream.
+        Lane& lane = lanes[i % lanes.size()];
+        const GemmProblem& p = products[i % options.operand_sets];
+        RETURN_IF_ERROR(lane.start.Record(lane.stream.get()));
+        RETURN_IF_ERROR(
+            selector.RunChoice(choice, p, lane.stream.get(), lane.workspace));
+        RETURN_IF_ERROR(lane.stop.Record(lane.stream.get()));
+        continue;
       }
-      RETURN_IF_ERROR(marks[w + 1].Record(stream.get()));
+      RETURN_IF_ERROR(launch());
+      // What the daemon records between products on its shared stream.
+      if (mode == Mode::kTimingEvent) {
+        RETURN_IF_ERROR(after_each.Record(stream.get()));
+      } else if (mode == Mode::kPlainEvent) {
+        RETURN_IF_ERROR(CudaStatus(cudaEventRecord(plain, stream.get()),
+                                   "cudaEventRecord"));
+      }
     }
-    RETURN_IF_ERROR(marks[windows].Synchronize());
-    std::vector<double> tflops;
-    for (int w = 0; w < windows; ++w) {
-      ASSIGN_OR_RETURN(double s,
-                       CudaEvent::ElapsedSeconds(marks[w], marks[w + 1]));
-      tflops.push_back(problem.flops() * per_window / s * 1e-12);
+    for (Lane& lane : lanes) {
+      RETURN_IF_ERROR(lane.stop.Record(lane.stream.get()));
+      RETURN_IF_ERROR(
+          CudaStatus(cudaStreamWaitEvent(stream.get(), lane.stop.get(), 0),
+                     "cudaStreamWaitEvent"));
     }
-    std::sort(tflops.begin(), tflops.end());
-    return tflops[tflops.size() / 2];
+    RETURN_IF_ERROR(stop.Record(stream.get()));
+    RETURN_IF_ERROR(stop.Synchronize());
+    ASSIGN_OR_RETURN(double seconds, CudaEvent::ElapsedSeconds(start, stop));
+    return problem.flops() * count / seconds * 1e-12;
   };
   SustainedResult result;
   result.choice = choice;
-  result.products = per_window * windows;
-  ASSIGN_OR_RETURN(result.back_to_back_tflops, phase(false));
-  ASSIGN_OR_RETURN(result.event_after_each_tflops, phase(true));
+  result.products = count;
+  ASSIGN_OR_RETURN(result.back_to_back_tflops, phase(Mode::kBackToBack));
+  ASSIGN_OR_RETURN(result.event_after_each_tflops, phase(Mode::kTimingEvent));
+  ASSIGN_OR_RETURN(result.plain_event_after_each_tflops,
+                   phase(Mode::kPlainEvent));
+  ASSIGN_OR_RETURN(result.lanes_tflops, phase(Mode::kLanes));
   return result;
 }
 

@@ -4,7 +4,8 @@
 // the GPU's clocks under sustained load. Short interleaved timings (what
 // tuning and matmul-bench's table use) let the GPU cool and keep reused
 // operands in L2; this is the standalone figure a service run compares
-// with. It also measures what one timing event after each product costs.
+// with. It also measures what an event after each product costs, and what
+// running the products on several streams at once gives.
 #ifndef MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
 #define MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
 
@@ -15,17 +16,22 @@
 namespace matmul::cuda {
 
 struct SustainedOptions {
-  double seconds = 3.0;          // each measured phase, after as long a warm-up
-  int operand_sets = 4;          // distinct A and C, like this many clients
-  double window_seconds = 0.02;  // one TFLOPS sample per window
+  double seconds = 3.0;  // each measured phase, after as long a warm-up
+  // Distinct A and C, like this many clients (and streams in the lanes
+  // phase).
+  int operand_sets = 4;
 };
 
 struct SustainedResult {
   KernelChoice choice;
   int64_t products = 0;  // per phase
-  // Median over windows of the phase's TFLOPS.
-  double back_to_back_tflops = 0;      // no event between products
-  double event_after_each_tflops = 0;  // one timing event after each
+  // TFLOPS of each phase (its products over its time), on one stream:
+  double back_to_back_tflops = 0;            // no event between products
+  double event_after_each_tflops = 0;        // a timing event after each
+  double plain_event_after_each_tflops = 0;  // one with timing disabled
+  // Round robin over operand_sets streams, an event pair around each
+  // product on its stream (products may overlap).
+  double lanes_tflops = 0;
 };
 
 // Runs `choice` on `problem` (its pointers are ignored: private random data

@@ -8,6 +8,6 @@ set -uo pipefail
 rc=0
 PARTS=${PARTS:-standalone ring ring4 ring4spin} \
   bash tests/gpu/service/zero_copy_bench.sh || rc=1
-bash tests/gpu/service/batching_variants.sh || rc=1
+bash tests/gpu/service/service_variants.sh || rc=1
 echo "measure: rc=$rc"
 exit $rc
