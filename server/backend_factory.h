@@ -20,7 +20,7 @@ struct BackendOptions {
   int cpu_threads = 0;   // OpenBLAS threads per product; 0: OpenBLAS decides
   int cuda_streams = 2;  // CUDA products in flight at once
   // See CudaBackendOptions::serial_min_waves.
-  double cuda_serial_min_waves = 1.0;
+  double cuda_serial_min_waves = 8.0;
 };
 
 // auto: cuda when a CUDA device is present, else cpu.

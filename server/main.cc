@@ -40,15 +40,16 @@ ABSL_FLAG(std::string, tuning_cache, "",
 ABSL_FLAG(int, cpu_threads, 0,
           "CPU backend: OpenBLAS threads per product; 0 divides the cores "
           "among --worker_threads.");
-ABSL_FLAG(int, worker_threads, 2,
+ABSL_FLAG(int, worker_threads, 4,
           "Threads that run batches (each blocks on one launch at a time; "
-          "on the CUDA backend each has a stream of its own). Products that "
-          "fill the GPU alone keep it busier with 4.");
-ABSL_FLAG(double, serial_min_waves, 1.0,
+          "on the CUDA backend each has a stream of its own, and waits for "
+          "its kernel on a busy core).");
+ABSL_FLAG(double, serial_min_waves, 8.0,
           "CUDA: products (or batches) with at least this many waves of "
-          "128x128 output tiles run one after another on one stream that "
-          "all workers share; smaller ones run on their worker's own "
-          "stream, beside each other.");
+          "128x128 output tiles (one tile per SM) run one after another on "
+          "one stream that all workers share; smaller ones run on their "
+          "worker's own stream, where they overlap and fill the SMs that "
+          "one product's last wave leaves idle.");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");

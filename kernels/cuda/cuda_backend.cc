@@ -236,6 +236,14 @@ absl::Status ValidateForCuda(const GemmProblem& p) {
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     const CudaBackendOptions& options) {
+  if (options.streams < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("streams is ", options.streams, "; expected >= 1"));
+  }
+  if (!(options.serial_min_waves > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "serial_min_waves is ", options.serial_min_waves, "; expected > 0"));
+  }
   const int count = CudaDeviceCount();
   if (count == 0) {
     return absl::UnavailableError("no CUDA device or driver available");
@@ -265,14 +273,6 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   selector_options.use_cublaslt = options.use_cublaslt;
   ASSIGN_OR_RETURN(std::unique_ptr<cuda::GemmSelector> selector,
                    cuda::GemmSelector::Create(selector_options));
-  if (options.streams < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("streams is ", options.streams, "; expected >= 1"));
-  }
-  if (!(options.serial_min_waves > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "serial_min_waves is ", options.serial_min_waves, "; expected > 0"));
-  }
   std::vector<std::unique_ptr<Lane>> lanes;
   for (int i = 0; i < options.streams; ++i) {
     ASSIGN_OR_RETURN(cuda::CudaStream stream, cuda::CudaStream::Create());

@@ -48,6 +48,21 @@ TEST(CudaBackendValidation, RejectsBadProblems) {
   EXPECT_EQ(ValidateForCuda(p).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Checked before any device is touched: runs without a GPU too.
+TEST(CudaBackendValidation, RejectsBadOptions) {
+  CudaBackendOptions options;
+  options.streams = 0;
+  EXPECT_EQ(CudaBackend::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.streams = 2;
+  for (double waves : {0.0, -1.0, std::nan("")}) {
+    options.serial_min_waves = waves;
+    EXPECT_EQ(CudaBackend::Create(options).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << waves;
+  }
+}
+
 class CudaBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -242,20 +257,30 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
 // Products that fill the GPU run on one stream that all lanes share: from
 // several threads at once, through RunDevice and RunHost, each caller must
 // still get its own complete output and a kernel time of its own.
+// Four threads at once, on lanes (the products overlap) and on the stream
+// all lanes share (serial_min_waves = 1: they run one after another, timed
+// by one mark between consecutive products).
 TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
   const int sms = backend_->devices()[0].multiprocessors;
   // A wave of 128x128 tiles: what makes a product fill the device.
   const int64_t side = 128 * static_cast<int64_t>(std::ceil(std::sqrt(sms)));
   constexpr int kThreads = 4;
   constexpr int kEach = 4;
+  CudaBackendOptions options;
+  options.background_tuning = false;
+  options.streams = kThreads;
+  options.serial_min_waves = 1;
+  auto serial = CudaBackend::Create(options);
+  ASSERT_TRUE(serial.ok()) << serial.status();
   std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([this, t, side] {
+  for (int t = 0; t < 2 * kThreads; ++t) {
+    CudaBackend* backend = t < kThreads ? backend_.get() : serial->get();
+    threads.emplace_back([backend, t, side] {
       std::mt19937_64 rng(1000 + t);
       for (int i = 0; i < kEach; ++i) {
         ProblemSpec spec;
         spec.m = side;
-        spec.n = side + 8 * t;
+        spec.n = side + 8 * (t % kThreads);
         spec.k = 40;
         spec.b = OperandLayout::kColMajor;
         SCOPED_TRACE(absl::StrCat(spec.Name(), " thread ", t, " run ", i));
@@ -264,11 +289,11 @@ TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
         if (i % 2 == 0) {
           auto device = ::matmul::testing::Upload(host);
           ASSERT_TRUE(device.ok()) << device.status();
-          info = backend_->RunDevice(device->problem);
+          info = backend->RunDevice(device->problem);
           ASSERT_TRUE(info.ok()) << info.status();
           ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
         } else {
-          info = backend_->RunHost(host.problem);
+          info = backend->RunHost(host.problem);
           ASSERT_TRUE(info.ok()) << info.status();
         }
         EXPECT_GT(info->kernel_seconds, 0.0);
