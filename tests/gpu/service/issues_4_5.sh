@@ -16,7 +16,7 @@ rc=0
 has() { [[ " $PHASES " == *" $1 "* ]]; }
 if has tests; then
 for t in cuda_backend_test cublaslt_gemm_test gemm_selector_test \
-  regions_process_test regions_test; do
+  regions_test; do
   timeout 300 "bundle/$t" >"$OUT/logs/$t.log" 2>&1 || rc=1
   echo "$t: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/logs/$t.log" |
     sort | uniq -c | tr -s ' \n' ' ')"
