@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything issues 4 and 5 report (about 9 minutes; PHASES "tests issue4"
-# and "issue5" each fit one device call): the CUDA GPU tests and the regions steps (two C++ processes, the Python
-# client), issue 4's seed shapes through a ring against the standalone pick
+# and "issue5" each fit one device call): the CUDA GPU tests
+# (regions_process_test starts binaries from the build tree: CI runs it)
+# and the regions steps (two C++ processes, the Python client), issue 4's seed shapes through a ring against the standalone pick
 # (interleaved and sustained, with GPU clocks), and issue 5's concurrency
 # sweep (M = 16..128, batching off, on, on with a batch of 32 and a 500 us
 # delay) with 2 workers over 8 rings, then the concurrency-64 point with the
