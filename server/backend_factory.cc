@@ -20,7 +20,7 @@ absl::StatusOr<std::unique_ptr<GemmBackend>> CreateBackend(
     cuda.device = options.cuda_device;
     cuda.tuning_cache_path = options.tuning_cache;
     cuda.streams = options.cuda_streams;
-    cuda.serial_min_waves = options.cuda_serial_min_waves;
+    cuda.serial_min_gflop_per_sm = options.cuda_serial_min_gflop_per_sm;
     return CreateCudaBackend(cuda);
   }
   if (options.kind == "cpu" || options.kind == "auto") {

@@ -19,8 +19,8 @@ struct BackendOptions {
   std::string tuning_cache;  // JSON path for the CUDA selector; may be empty
   int cpu_threads = 0;   // OpenBLAS threads per product; 0: OpenBLAS decides
   int cuda_streams = 2;  // CUDA products in flight at once
-  // See CudaBackendOptions::serial_min_waves.
-  double cuda_serial_min_waves = 8.0;
+  // See CudaBackendOptions::serial_min_gflop_per_sm.
+  double cuda_serial_min_gflop_per_sm = 1.0;
 };
 
 // auto: cuda when a CUDA device is present, else cpu.

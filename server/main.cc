@@ -44,12 +44,12 @@ ABSL_FLAG(int, worker_threads, 4,
           "Threads that run batches (each blocks on one launch at a time; "
           "on the CUDA backend each has a stream of its own, and waits for "
           "its kernel on a busy core).");
-ABSL_FLAG(double, serial_min_waves, 8.0,
-          "CUDA: products (or batches) with at least this many waves of "
-          "128x128 output tiles (one tile per SM) run one after another on "
-          "one stream that all workers share; smaller ones run on their "
-          "worker's own stream, where they overlap and fill the SMs that "
-          "one product's last wave leaves idle.");
+ABSL_FLAG(double, serial_min_gflop_per_sm, 1.0,
+          "CUDA: products (or batches) of at least this many GFLOP per SM "
+          "of the GPU run one after another on one stream that all workers "
+          "share; smaller ones run on their worker's own stream, where they "
+          "overlap (filling the SMs one product's last wave leaves idle, "
+          "and the gaps between launches).");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");
@@ -162,7 +162,8 @@ int main(int argc, char** argv) {
   // One CUDA stream per worker, so that workers never wait for each other.
   backend_options.cuda_streams =
       std::max(1, absl::GetFlag(FLAGS_worker_threads));
-  backend_options.cuda_serial_min_waves = absl::GetFlag(FLAGS_serial_min_waves);
+  backend_options.cuda_serial_min_gflop_per_sm =
+      absl::GetFlag(FLAGS_serial_min_gflop_per_sm);
   if (backend_options.cpu_threads <= 0) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     backend_options.cpu_threads =

@@ -240,9 +240,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("streams is ", options.streams, "; expected >= 1"));
   }
-  if (!(options.serial_min_waves > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "serial_min_waves is ", options.serial_min_waves, "; expected > 0"));
+  if (!(options.serial_min_gflop_per_sm > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serial_min_gflop_per_sm is ",
+                     options.serial_min_gflop_per_sm, "; expected > 0"));
   }
   const int count = CudaDeviceCount();
   if (count == 0) {
@@ -367,9 +368,8 @@ bool CudaBackend::FillsDevice(const GemmProblem& p) const {
 }
 
 bool CudaBackend::RunsSerially(const GemmProblem& p) const {
-  return static_cast<double>(p.batch * p.m * p.n) >=
-         options_.serial_min_waves * 128 * 128 *
-             std::max(1, info_.multiprocessors);
+  return p.flops() >= options_.serial_min_gflop_per_sm * 1e9 *
+                          std::max(1, info_.multiprocessors);
 }
 
 int CudaBackend::MaxUsefulBatch(const GemmProblem& problem) const {

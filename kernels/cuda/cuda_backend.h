@@ -22,8 +22,8 @@
 // `streams` calls run at once, each on a lane of its own (stream, timing
 // events, workspace, staging buffers), so one call's host work overlaps
 // another's kernel; further callers wait for a free lane. Products on
-// lanes overlap on the GPU. A big product (serial_min_waves waves of
-// 128x128 tiles) itself runs on one stream that all lanes share, its
+// lanes overlap on the GPU. A big product (serial_min_gflop_per_sm) itself
+// runs on one stream that all lanes share, its
 // staging and gathers staying on its lane: such products run back to back
 // in the order they were queued, never two at once, and with no
 // cross-stream wait between one and the next. The
@@ -63,12 +63,13 @@ struct CudaBackendOptions {
   bool use_cublaslt = true;
   // Products in flight at once (lanes); >= 1.
   int streams = 2;
-  // Products with at least this many waves of 128x128 output tiles run on
-  // the stream all lanes share (see CudaBackend); > 0. On the H200 products
-  // of 1.2 and 4.9 waves (5120x512x2048, 5120x2048x2048) gave 25% and 5%
-  // more TFLOPS on four lanes than one after another; 26 waves
-  // (5120x11008x2048) 2% less.
-  double serial_min_waves = 8.0;
+  // Products of at least this many GFLOP per SM run on the stream all
+  // lanes share (see CudaBackend); > 0. Four clients' products on the
+  // H200 (132 SMs), in TFLOPS on lanes against one after another:
+  // 5120x512x2048 (0.08 GFLOP per SM) 500-545 vs 454-481, 5120x2048x2048
+  // (0.33) 655-662 vs 622, 32 stacked 64x4096x4096 (0.52) 156-162k vs
+  // 151-152k requests/s, 5120x2048x11008 (1.75) 646-653 vs 667-669.
+  double serial_min_gflop_per_sm = 1.0;
 };
 
 // Number of usable CUDA devices; 0 when there is no GPU, no driver or the
@@ -139,8 +140,8 @@ class CudaBackend : public GemmBackend {
   std::shared_ptr<void> HoldAllLanes();
   // True when `problem` alone has a wave of 128x128 tiles for the device.
   bool FillsDevice(const GemmProblem& problem) const;
-  // True when `problem` runs on the shared stream: options_.serial_min_waves
-  // waves of 128x128 tiles.
+  // True when `problem` runs on the shared stream (its GFLOP per SM reach
+  // options_.serial_min_gflop_per_sm).
   bool RunsSerially(const GemmProblem& problem) const;
   // Runs `problem` (device pointers, unit-stride layouts), timed with CUDA
   // events, and waits for it: on the lane's stream, or on the shared one

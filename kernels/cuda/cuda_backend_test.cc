@@ -55,11 +55,11 @@ TEST(CudaBackendValidation, RejectsBadOptions) {
   EXPECT_EQ(CudaBackend::Create(options).status().code(),
             absl::StatusCode::kInvalidArgument);
   options.streams = 2;
-  for (double waves : {0.0, -1.0, std::nan("")}) {
-    options.serial_min_waves = waves;
+  for (double gflop : {0.0, -1.0, std::nan("")}) {
+    options.serial_min_gflop_per_sm = gflop;
     EXPECT_EQ(CudaBackend::Create(options).status().code(),
               absl::StatusCode::kInvalidArgument)
-        << waves;
+        << gflop;
   }
 }
 
@@ -254,12 +254,11 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
   }
 }
 
-// Products that fill the GPU run on one stream that all lanes share: from
-// several threads at once, through RunDevice and RunHost, each caller must
-// still get its own complete output and a kernel time of its own.
-// Four threads at once, on lanes (the products overlap) and on the stream
-// all lanes share (serial_min_waves = 1: they run one after another, timed
-// by one mark between consecutive products).
+// Products that fill the GPU from eight threads at once, through RunDevice
+// and RunHost: four on lanes (they overlap) and four on the stream all
+// lanes share (a tiny serial_min_gflop_per_sm: one after another, timed by
+// one mark between consecutive products). Each caller must still get its
+// own complete output and a kernel time of its own.
 TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
   const int sms = backend_->devices()[0].multiprocessors;
   // A wave of 128x128 tiles: what makes a product fill the device.
@@ -269,7 +268,7 @@ TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
   CudaBackendOptions options;
   options.background_tuning = false;
   options.streams = kThreads;
-  options.serial_min_waves = 1;
+  options.serial_min_gflop_per_sm = 1e-6;
   auto serial = CudaBackend::Create(options);
   ASSERT_TRUE(serial.ok()) << serial.status();
   std::vector<std::thread> threads;

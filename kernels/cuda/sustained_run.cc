@@ -116,7 +116,8 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
     for (int64_t i = 0; i < count; ++i) {
       if (mode == Mode::kLanes) {
         // What the daemon's lanes do with products below
-        // serial_min_waves: an event pair around each, on its own stream.
+        // serial_min_gflop_per_sm: an event pair around each, on its own
+        // stream.
         Lane& lane = lanes[i % lanes.size()];
         const GemmProblem& p = products[i % options.operand_sets];
         RETURN_IF_ERROR(lane.start.Record(lane.stream.get()));
