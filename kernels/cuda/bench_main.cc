@@ -48,6 +48,10 @@ ABSL_FLAG(int, max_shared_bytes, 0,
           "Shared-memory limit for own configs (0: the device's opt-in "
           "limit; 101376 imposes the GB10's).");
 ABSL_FLAG(std::string, json, "", "Also write every timing as JSON here.");
+ABSL_FLAG(std::string, tuning_cache, "",
+          "Also store each shape's pick in this tuning cache (the daemon's "
+          "--tuning_cache), so that a daemon started on it runs the very "
+          "kernels measured here.");
 ABSL_FLAG(double, sustained_s, 0.0,
           "Also run each shape's pick back to back for this many seconds "
           "(after as long a warm-up) over --operand_sets rotating A and C "
@@ -160,6 +164,7 @@ absl::Status Main() {
   SelectorOptions options;
   options.device = absl::GetFlag(FLAGS_device);
   options.background_tuning = false;
+  options.cache_path = absl::GetFlag(FLAGS_tuning_cache);
   options.max_shared_bytes = absl::GetFlag(FLAGS_max_shared_bytes);
   options.target_seconds = absl::GetFlag(FLAGS_target_ms) * 1e-3;
   options.min_iterations = absl::GetFlag(FLAGS_min_iterations);

@@ -65,6 +65,7 @@ for part in $PARTS; do
       bundle/matmul-bench --shapes="$(echo $shapes | tr ' ' ,)" \
         --layouts=NT --repeat=1 --json="$res/standalone.json" \
         --sustained_s="${SUSTAINED_S:-3}" --operand_sets=4 \
+        --tuning_cache="$res/tuning.json" \
         >"$res/standalone.txt" 2>&1 || rc=1
       cat "$res/standalone.txt" ;;
     batching)

@@ -32,9 +32,11 @@ def main(res):
             d = json.load(open(path))
             level = d["levels"][0]
             t = level["tflops"]
+            same = level["kernel"] == entry["pick"]["kernel"]
             print(f"  {d['label']:<34} {t:6.0f} ({t / table:.2f}, "
-                  f"{t / b2b if b2b else 0:.2f}) kernel p50 "
-                  f"{level['server_kernel_p50_s'] * 1e6:.1f} us, "
+                  f"{t / b2b if b2b else 0:.2f}) {level['kernel']}"
+                  f"{'' if same else ' (NOT the standalone pick)'}, "
+                  f"kernel p50 {level['server_kernel_p50_s'] * 1e6:.1f} us, "
                   f"batch {level['mean_batch_size']:.2f}")
     clocks_path = os.path.join(res, "clocks.csv")
     parts_path = os.path.join(res, "parts.txt")
