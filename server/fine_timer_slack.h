@@ -11,8 +11,8 @@
 
 namespace matmul {
 
-// Applies to the calling thread only; failure (not Linux-like) just keeps
-// the coarse slack.
+// Linux only. Applies to the calling thread; a failing prctl keeps the
+// default slack.
 inline void UseFineTimerSlack() {
   prctl(PR_SET_TIMERSLACK, 1000UL /* ns */, 0UL, 0UL, 0UL);
 }

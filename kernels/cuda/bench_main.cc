@@ -157,6 +157,11 @@ absl::Status Main() {
     return absl::InvalidArgumentError("--out_dtype must be bf16 or fp32");
   }
   const DType dtype = dtype_name == "bf16" ? DType::kBF16 : DType::kFP32;
+  if (absl::GetFlag(FLAGS_sustained_s) > 0 &&
+      (absl::GetFlag(FLAGS_operand_sets) < 1 ||
+       absl::GetFlag(FLAGS_operand_sets) > 64)) {
+    return absl::InvalidArgumentError("--operand_sets must be 1 to 64");
+  }
   if (CudaDeviceCount() == 0) {
     return absl::UnavailableError("no CUDA device: nothing to benchmark");
   }

@@ -65,10 +65,12 @@ struct CudaBackendOptions {
   int streams = 2;
   // Products of at least this many GFLOP per SM run on the stream all
   // lanes share (see CudaBackend); > 0. Four clients' products on the
-  // H200 (132 SMs), in TFLOPS on lanes against one after another:
-  // 5120x512x2048 (0.08 GFLOP per SM) 500-545 vs 454-481, 5120x2048x2048
-  // (0.33) 655-662 vs 622, 32 stacked 64x4096x4096 (0.52) 156-162k vs
-  // 151-152k requests/s, 5120x2048x11008 (1.75) 646-653 vs 667-669.
+  // H200 (132 SMs), on lanes against one after another, one session:
+  // 5120x512x2048 (0.08 GFLOP per SM) 500-545 vs 438-497 TFLOPS,
+  // 5120x2048x2048 (0.33) 655-663 vs 622 TFLOPS, batches of 32 stacked
+  // 64x4096x4096 (0.52) 156-162k vs 151-152k requests/s, 5120x2048x11008
+  // (1.75) 646-653 vs 667-669 TFLOPS. Products on lanes share the GPU, so
+  // their kernel time includes the overlap.
   double serial_min_gflop_per_sm = 1.0;
 };
 
@@ -145,11 +147,11 @@ class CudaBackend : public GemmBackend {
   bool RunsSerially(const GemmProblem& problem) const;
   // Runs `problem` (device pointers, unit-stride layouts), timed with CUDA
   // events, and waits for it: on the lane's stream, or on the shared one
-  // when it fills the device (see above). `after_lane_work`: the product
+  // when RunsSerially (see above). `after_lane_work`: the product
   // reads what the lane's stream has queued before it.
   absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem, Lane& lane,
                                        bool after_lane_work);
-  // RunTimed for a product that fills the device, on the shared stream.
+  // RunTimed for a product that RunsSerially, on the shared stream.
   absl::StatusOr<GemmRunInfo> RunSerial(const cuda::KernelChoice& choice,
                                         const GemmProblem& problem, Lane& lane,
                                         bool after_lane_work);
@@ -165,7 +167,7 @@ class CudaBackend : public GemmBackend {
   std::unique_ptr<cuda::GemmSelector> selector_;
 
   const std::vector<std::unique_ptr<Lane>> lanes_;
-  // Where products that fill the device run (see above).
+  // Where products that RunsSerially run (see above).
   const cuda::CudaStream serial_stream_;
   // Events that mark where products start and end on the shared stream,
   // and the mark after the last product queued there (guarded by

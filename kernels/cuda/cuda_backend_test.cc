@@ -268,12 +268,15 @@ TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
   CudaBackendOptions options;
   options.background_tuning = false;
   options.streams = kThreads;
+  // These products are far below the default serial_min_gflop_per_sm.
+  auto lanes = CudaBackend::Create(options);
+  ASSERT_TRUE(lanes.ok()) << lanes.status();
   options.serial_min_gflop_per_sm = 1e-6;
   auto serial = CudaBackend::Create(options);
   ASSERT_TRUE(serial.ok()) << serial.status();
   std::vector<std::thread> threads;
   for (int t = 0; t < 2 * kThreads; ++t) {
-    CudaBackend* backend = t < kThreads ? backend_.get() : serial->get();
+    CudaBackend* backend = t < kThreads ? lanes->get() : serial->get();
     threads.emplace_back([backend, t, side] {
       std::mt19937_64 rng(1000 + t);
       for (int i = 0; i < kEach; ++i) {

@@ -88,10 +88,10 @@ absl::Status CudaStream::Synchronize() const {
   return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
 }
 
-absl::StatusOr<CudaEvent> CudaEvent::Create() {
+absl::StatusOr<CudaEvent> CudaEvent::Create(unsigned flags) {
   CudaEvent event;
-  RETURN_IF_ERROR(
-      CudaStatus(cudaEventCreate(&event.event_), "cudaEventCreate"));
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreateWithFlags(&event.event_, flags),
+                             "cudaEventCreateWithFlags"));
   return event;
 }
 

@@ -81,10 +81,10 @@ class CudaStream {
   cudaStream_t stream_ = nullptr;
 };
 
-// An event with timing enabled.
+// An event, with timing enabled unless `flags` say otherwise.
 class CudaEvent {
  public:
-  static absl::StatusOr<CudaEvent> Create();
+  static absl::StatusOr<CudaEvent> Create(unsigned flags = cudaEventDefault);
   CudaEvent(CudaEvent&& other) noexcept { *this = std::move(other); }
   CudaEvent& operator=(CudaEvent&& other) noexcept;
   CudaEvent(const CudaEvent&) = delete;

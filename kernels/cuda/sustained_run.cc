@@ -1,7 +1,6 @@
 #include "kernels/cuda/sustained_run.h"
 
 #include <algorithm>
-#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -66,23 +65,23 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
     return selector.RunChoice(choice, p, stream.get(), workspace);
   };
 
-  // Warm-up for as long as a phase (clocks settle under load), timed once
-  // to size the phases.
+  // Twenty products timed to size the phases, then a warm-up as long as a
+  // phase (clocks settle under load).
   ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create());
   ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create());
   ASSIGN_OR_RETURN(CudaEvent after_each, CudaEvent::Create());
+  ASSIGN_OR_RETURN(CudaEvent plain, CudaEvent::Create(cudaEventDisableTiming));
   RETURN_IF_ERROR(launch());  // first call: plan and workspace set up
-  RETURN_IF_ERROR(stream.Synchronize());
-  const int64_t warmup = std::max<int64_t>(
-      100, static_cast<int64_t>(options.seconds / (problem.flops() / 500e12)));
   RETURN_IF_ERROR(start.Record(stream.get()));
-  for (int64_t i = 0; i < warmup; ++i) RETURN_IF_ERROR(launch());
+  constexpr int kProbe = 20;
+  for (int i = 0; i < kProbe; ++i) RETURN_IF_ERROR(launch());
   RETURN_IF_ERROR(stop.Record(stream.get()));
   RETURN_IF_ERROR(stop.Synchronize());
-  ASSIGN_OR_RETURN(double warm_seconds, CudaEvent::ElapsedSeconds(start, stop));
-  const double per_product = warm_seconds / warmup;
-  const int64_t count =
-      std::max<int64_t>(1, static_cast<int64_t>(options.seconds / per_product));
+  ASSIGN_OR_RETURN(double probe_seconds,
+                   CudaEvent::ElapsedSeconds(start, stop));
+  const int64_t count = std::max<int64_t>(
+      1, static_cast<int64_t>(options.seconds * kProbe / probe_seconds));
+  for (int64_t i = 0; i < count; ++i) RETURN_IF_ERROR(launch());
 
   // Lanes for the concurrent phase, each with its own event pair.
   struct Lane {
@@ -97,13 +96,11 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
     ASSIGN_OR_RETURN(CudaEvent b, CudaEvent::Create());
     lanes.push_back({std::move(s), std::move(a), std::move(b), {}});
   }
-  cudaEvent_t plain = nullptr;
-  RETURN_IF_ERROR(
-      CudaStatus(cudaEventCreateWithFlags(&plain, cudaEventDisableTiming),
-                 "cudaEventCreateWithFlags"));
-  // Owns `plain` from here on.
-  std::unique_ptr<CUevent_st, decltype(&cudaEventDestroy)> plain_owner(
-      plain, &cudaEventDestroy);
+  // Each lane's first call sets up its workspace, untimed.
+  for (int i = 0; i < options.operand_sets; ++i) {
+    RETURN_IF_ERROR(selector.RunChoice(
+        choice, products[i], lanes[i].stream.get(), lanes[i].workspace));
+  }
 
   enum class Mode { kBackToBack, kTimingEvent, kPlainEvent, kLanes };
   auto phase = [&](Mode mode) -> absl::StatusOr<double> {
@@ -131,8 +128,7 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
       if (mode == Mode::kTimingEvent) {
         RETURN_IF_ERROR(after_each.Record(stream.get()));
       } else if (mode == Mode::kPlainEvent) {
-        RETURN_IF_ERROR(CudaStatus(cudaEventRecord(plain, stream.get()),
-                                   "cudaEventRecord"));
+        RETURN_IF_ERROR(plain.Record(stream.get()));
       }
     }
     for (Lane& lane : lanes) {

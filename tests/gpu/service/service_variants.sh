@@ -3,12 +3,11 @@
 # daemon each, to find where throughput goes: each shape of SHAPES (default
 # issue 5's 32x4096x4096 64x4096x4096) at CONCURRENCY (default 64), NT,
 # over cuda_ipc regions (every client slot its own A and C, one shared B).
-# VARIANTS is
-# a list of "label|matmul-server flags|matmul-cli bench flags" separated by
-# ';' (default: batching off and on over 4 rings). Each measurement runs
+# VARIANTS is a list of "label|matmul-server flags|matmul-cli bench flags"
+# separated by ';' (default: batching off and on over 4 rings). Each measurement runs
 # twice on its daemon and the second is kept (the first finishes background
-# tuning). Prints one table; JSON goes to $OUT/variants/ (TAG prefixes the
-# file names). Run from the repo
+# tuning). Prints one table; JSON and matmul-cli's output (bench.log) go
+# to $OUT/variants/, TAG prefixing the file names. Run from the repo
 # root with the bundle unpacked.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -20,7 +19,10 @@ CONCURRENCY=${CONCURRENCY:-64}
 TAG=${TAG:-}
 VARIANTS=${VARIANTS:-"off|--max_batch_size=1|--rings=4;on|--max_batch_size=32 --max_queue_delay_us=500|--rings=4"}
 rc=0
-cache=$(mktemp -d)/tuning.json
+cache_dir=$(mktemp -d)
+trap 'rm -rf "$cache_dir"' EXIT
+cache=$cache_dir/tuning.json
+rm -f "$res/${TAG}"s*_v*.json "$res/${TAG}bench.log"  # an earlier run's
 IFS=';' read -ra variants <<<"$VARIANTS"
 read -ra shapes <<<"$SHAPES"
 for i in "${!variants[@]}"; do
@@ -35,8 +37,8 @@ for i in "${!variants[@]}"; do
       bundle/matmul-cli bench --target="$sock" --shape="${shapes[$s]}" \
         --transpose_b --mode=ipc --concurrency="$CONCURRENCY" --warmup=1s \
         --duration=500ms --max_windows=6 --label="$label" \
-        --save="$res/${TAG}s${s}_v$i.json" $bench_flags >/dev/null 2>&1 ||
-        rc=1
+        --save="$res/${TAG}s${s}_v$i.json" $bench_flags \
+        >>"$res/${TAG}bench.log" 2>&1 || rc=1
     done
   done
   stop_cuda_daemon 2 || rc=1

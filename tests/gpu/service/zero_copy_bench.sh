@@ -3,19 +3,19 @@
 # nn.Linear) at concurrency 4 through cuda_ipc regions and inline, against
 # the selector's standalone kernel TFLOPS (matmul-bench on the same GPU);
 # then 256x256x256 at concurrency 1 over the unix socket for the service's
-# own latency (end to end minus kernel), p50 and p99. Parts (PARTS, default
-# all): standalone, batching (daemon defaults), nobatch (--max_batch_size=1),
-# fast (workers that poll, --worker_spin_us, and clients on MatmulStream),
-# ring (requests through a shared-memory request ring, daemon defaults),
-# ringfast (the ring with polling workers), ring4 (the ring with
-# --worker_threads=4), ring4spin (that with workers and the client's
-# completion thread polling, --worker_spin_us=1000 --ring_spin=1ms). The
-# standalone part also runs each pick back to back
-# for SUSTAINED_S seconds (default 3) over four clients' worth of A and C,
-# the figure a service run at concurrency 4 compares with like for like;
-# the GPU's SM clock and power are logged all along (clocks.csv, with the
-# parts' start times in parts.txt), and zero_copy_table.py prints the
-# ratios at the end.
+# own latency (end to end minus kernel), p50 and p99. Parts (PARTS; default
+# standalone batching nobatch fast): standalone, batching (daemon
+# defaults), nobatch (--max_batch_size=1), fast (workers that poll,
+# --worker_spin_us, and clients on MatmulStream), ring (requests through a
+# shared-memory request ring, daemon defaults), ringfast (the ring with
+# polling on both sides: --worker_spin_us=1000 --ring_poll_spin_us=1000,
+# client --ring_spin=1ms). The standalone part also runs each pick back to
+# back for SUSTAINED_S seconds (default 3) over four clients' worth of A
+# and C, the figure a service run at concurrency 4 compares with like for
+# like, and stores its picks in the tuning cache that the later parts'
+# daemons start on (they run the very kernels measured). The GPU's SM
+# clock and power are logged all along (clocks.csv, with the parts' start
+# times in parts.txt), and zero_copy_table.py prints the ratios at the end.
 # Results (tables, JSON, the tuning cache) go to $OUT/zero_copy/. Run from
 # the repo root with the bundle unpacked. DAEMON_FLAGS adds matmul-server
 # flags to every part's daemon.
@@ -58,6 +58,8 @@ daemon() {
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
   --format=csv,noheader -lms 250 >"$res/clocks.csv" 2>/dev/null &
 clocks=$!
+trap 'kill "$clocks" 2>/dev/null' EXIT
+: >"$res/parts.txt"
 for part in $PARTS; do
   echo "$(date '+%Y/%m/%d %H:%M:%S.%3N') $part" >>"$res/parts.txt"
   case $part in
@@ -89,23 +91,13 @@ for part in $PARTS; do
       small ", ring" "_ring" ipc --rings=1
       stop_cuda_daemon 3 || rc=1 ;;
     ringfast)
-      daemon --worker_spin_us=1000
-      seed_shapes ", ring, polling workers" "_ringfast" ipc --rings=1
-      small ", ring, polling workers" "_ringfast" ipc --rings=1
-      stop_cuda_daemon 3 || rc=1 ;;
-    ring4)
-      daemon --worker_threads=4
-      seed_shapes ", ring, 4 workers" "_ring_w4" ipc --rings=1
-      stop_cuda_daemon 3 || rc=1 ;;
-    ring4spin)
-      daemon --worker_threads=4 --worker_spin_us=1000
-      seed_shapes ", ring, 4 polling workers" "_ring_w4spin" ipc --rings=1 \
-        --ring_spin=1ms
+      daemon --worker_spin_us=1000 --ring_poll_spin_us=1000
+      seed_shapes ", ring, polling" "_ringfast" ipc --rings=1 --ring_spin=1ms
+      small ", ring, polling" "_ringfast" ipc --rings=1 --ring_spin=1ms
       stop_cuda_daemon 3 || rc=1 ;;
     *) echo "unknown part $part"; rc=1 ;;
   esac
 done
-kill "$clocks" 2>/dev/null
 python3 tests/gpu/service/zero_copy_table.py "$res" || rc=1
 echo "zero_copy_bench: rc=$rc"
 exit $rc

@@ -2,8 +2,8 @@
 the standalone pick (matmul-bench's interleaved timing, and back to back
 for seconds over four clients' A and C, without and with an event after
 each product) beside every service run found (*_ipc*.json, concurrency 4),
-as TFLOP/s with the ratio to each standalone figure. Then the GPU's SM
-clock and power per part, from clocks.csv and parts.txt.
+as TFLOP/s with the ratios to the table's figure and to back to back.
+Then the GPU's SM clock and power per part, from clocks.csv and parts.txt.
 
 Usage: python3 zero_copy_table.py RESULTS_DIR
 """
@@ -15,8 +15,12 @@ import sys
 
 
 def main(res):
+    standalone_path = os.path.join(res, "standalone.json")
+    if not os.path.exists(standalone_path):
+        print("no standalone.json (run the standalone part): no table")
+        return
     standalone = {}
-    for run in json.load(open(os.path.join(res, "standalone.json")))["runs"]:
+    for run in json.load(open(standalone_path))["runs"]:
         for entry in run:
             standalone[entry["shape"]] = entry
     print("TFLOP/s; service cells: value (/ table pick, / sustained back "
@@ -47,15 +51,17 @@ def main(res):
     samples = collections.defaultdict(list)
     for line in open(clocks_path):
         fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 3 or not fields[1].split()[0].isdigit():
+        try:
+            clock = float(fields[1].split()[0])
+            watts = float(fields[2].split()[0])
+        except (IndexError, ValueError):  # a header or "[N/A]"
             continue
         part = None
         for start, name in starts:
             if fields[0] >= start:
                 part = name
         if part is not None:
-            samples[part].append((float(fields[1].split()[0]),
-                                  float(fields[2].split()[0])))
+            samples[part].append((clock, watts))
     print("GPU while each part ran: SM clock MHz and power W (median, min)")
     for _, name in starts:
         s = samples.get(name)
