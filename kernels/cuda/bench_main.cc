@@ -55,9 +55,10 @@ ABSL_FLAG(std::string, tuning_cache, "",
 ABSL_FLAG(double, sustained_s, 0.0,
           "Also run each shape's pick back to back for this many seconds "
           "(after as long a warm-up) over --operand_sets rotating A and C "
-          "with one shared B, as a daemon serving that many clients does, "
-          "without and with a timing event after each product: the "
-          "standalone figure to hold a service run against. 0: skip.");
+          "with one shared B, as a daemon serving that many clients does: "
+          "plainly (the standalone figure to hold a service run against), "
+          "with a timing or a timing-disabled event after each product, "
+          "and round robin over that many streams. 0: skip.");
 ABSL_FLAG(int, operand_sets, 4,
           "Distinct A and C buffers the --sustained_s run rotates through.");
 ABSL_FLAG(bool, candidates, false,
@@ -157,11 +158,10 @@ absl::Status Main() {
     return absl::InvalidArgumentError("--out_dtype must be bf16 or fp32");
   }
   const DType dtype = dtype_name == "bf16" ? DType::kBF16 : DType::kFP32;
-  if (absl::GetFlag(FLAGS_sustained_s) > 0 &&
-      (absl::GetFlag(FLAGS_operand_sets) < 1 ||
-       absl::GetFlag(FLAGS_operand_sets) > 64)) {
-    return absl::InvalidArgumentError("--operand_sets must be 1 to 64");
-  }
+  SustainedOptions sustained;
+  sustained.seconds = absl::GetFlag(FLAGS_sustained_s);
+  sustained.operand_sets = absl::GetFlag(FLAGS_operand_sets);
+  if (sustained.seconds > 0) RETURN_IF_ERROR(CheckSustainedOptions(sustained));
   if (CudaDeviceCount() == 0) {
     return absl::UnavailableError("no CUDA device: nothing to benchmark");
   }
@@ -245,12 +245,9 @@ absl::Status Main() {
           row.spark_name = spark->choice.name;
         }
         (void)tuned;
-        if (absl::GetFlag(FLAGS_sustained_s) > 0 && r + 1 == repeat) {
+        if (sustained.seconds > 0 && r + 1 == repeat) {
           std::fprintf(stderr, "  sustained run of %s ...\n",
                        pick.name.c_str());
-          SustainedOptions sustained;
-          sustained.seconds = absl::GetFlag(FLAGS_sustained_s);
-          sustained.operand_sets = absl::GetFlag(FLAGS_operand_sets);
           ASSIGN_OR_RETURN(row.sustained,
                            RunSustained(*selector, pick, p, sustained));
         }
@@ -267,13 +264,13 @@ absl::Status Main() {
           entry["sustained"] = {
               {"kernel", row.sustained->choice.name},
               {"products", row.sustained->products},
-              {"operand_sets", absl::GetFlag(FLAGS_operand_sets)},
+              {"operand_sets", sustained.operand_sets},
               {"back_to_back_tflops", row.sustained->back_to_back_tflops},
               {"event_after_each_tflops",
                row.sustained->event_after_each_tflops},
               {"plain_event_after_each_tflops",
                row.sustained->plain_event_after_each_tflops},
-              {"streams_tflops", row.sustained->lanes_tflops}};
+              {"streams_tflops", row.sustained->streams_tflops}};
         }
         entry["candidates"] = nlohmann::json::array();
         for (const CandidateTiming& t : timings) {
@@ -336,15 +333,14 @@ absl::Status Main() {
                           Cell(row.pick, row.lt), row.pick_name);
     std::printf("%s", line.c_str());
   }
-  if (absl::GetFlag(FLAGS_sustained_s) > 0) {
+  if (sustained.seconds > 0) {
     std::printf(
         "\nSustained: the pick back to back, %.1f s per column after as long "
         "a warm-up, %d rotating A/C sets and one B. TFLOPS (ratio to back to "
         "back; back to back: to the table's pick)\n%-18s %-3s %-22s %6s "
         "%13s %13s %13s %13s\n",
-        absl::GetFlag(FLAGS_sustained_s), absl::GetFlag(FLAGS_operand_sets),
-        "shape", "ab", "pick", "table", "back to back", "timing event",
-        "plain event", "streams");
+        sustained.seconds, sustained.operand_sets, "shape", "ab", "pick",
+        "table", "back to back", "timing event", "plain event", "streams");
     for (const Row& row : rows) {
       if (!row.sustained.has_value()) continue;
       const SustainedResult& s = *row.sustained;
@@ -355,13 +351,13 @@ absl::Status Main() {
           row.shape.c_str(), row.layout.c_str(), s.choice.name.c_str(),
           row.pick, b2b, b2b / row.pick, s.event_after_each_tflops,
           s.event_after_each_tflops / b2b, s.plain_event_after_each_tflops,
-          s.plain_event_after_each_tflops / b2b, s.lanes_tflops,
-          s.lanes_tflops / b2b);
+          s.plain_event_after_each_tflops / b2b, s.streams_tflops,
+          s.streams_tflops / b2b);
     }
     std::printf(
         "(timing / plain event: one recorded after each product; streams: "
         "round robin over %d streams, an event pair around each product)\n",
-        absl::GetFlag(FLAGS_operand_sets));
+        sustained.operand_sets);
   }
   if (repeat > 1) {
     std::printf(

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/cuda_status.h"
@@ -38,15 +37,20 @@ absl::StatusOr<Operands> MakeOperands(const GemmProblem& p, int sets,
 
 }  // namespace
 
-absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
-                                             const KernelChoice& choice,
-                                             const GemmProblem& problem,
-                                             const SustainedOptions& options) {
+absl::Status CheckSustainedOptions(const SustainedOptions& options) {
   if (options.seconds <= 0 || options.operand_sets < 1 ||
       options.operand_sets > 64) {
     return absl::InvalidArgumentError(
         "sustained run: need seconds > 0 and 1 <= operand_sets <= 64");
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
+                                             const KernelChoice& choice,
+                                             const GemmProblem& problem,
+                                             const SustainedOptions& options) {
+  RETURN_IF_ERROR(CheckSustainedOptions(options));
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
   ASSIGN_OR_RETURN(Operands operands,
                    MakeOperands(problem, options.operand_sets, stream.get()));
@@ -102,7 +106,7 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
         choice, products[i], lanes[i].stream.get(), lanes[i].workspace));
   }
 
-  enum class Mode { kBackToBack, kTimingEvent, kPlainEvent, kLanes };
+  enum class Mode { kBackToBack, kTimingEvent, kPlainEvent, kStreams };
   auto phase = [&](Mode mode) -> absl::StatusOr<double> {
     RETURN_IF_ERROR(start.Record(stream.get()));
     for (Lane& lane : lanes) {
@@ -111,7 +115,7 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
                      "cudaStreamWaitEvent"));
     }
     for (int64_t i = 0; i < count; ++i) {
-      if (mode == Mode::kLanes) {
+      if (mode == Mode::kStreams) {
         // What the daemon's lanes do with products below
         // serial_min_gflop_per_sm: an event pair around each, on its own
         // stream.
@@ -149,7 +153,7 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
   ASSIGN_OR_RETURN(result.event_after_each_tflops, phase(Mode::kTimingEvent));
   ASSIGN_OR_RETURN(result.plain_event_after_each_tflops,
                    phase(Mode::kPlainEvent));
-  ASSIGN_OR_RETURN(result.lanes_tflops, phase(Mode::kLanes));
+  ASSIGN_OR_RETURN(result.streams_tflops, phase(Mode::kStreams));
   return result;
 }
 

@@ -31,8 +31,11 @@ struct SustainedResult {
   double plain_event_after_each_tflops = 0;  // one with timing disabled
   // Round robin over operand_sets streams, an event pair around each
   // product on its stream (products may overlap).
-  double lanes_tflops = 0;
+  double streams_tflops = 0;
 };
+
+// INVALID_ARGUMENT unless seconds > 0 and 1 <= operand_sets <= 64.
+absl::Status CheckSustainedOptions(const SustainedOptions& options);
 
 // Runs `choice` on `problem` (its pointers are ignored: private random data
 // is allocated) on a stream of its own.
