@@ -61,6 +61,11 @@ ABSL_FLAG(double, sustained_s, 0.0,
           "and round robin over that many streams. 0: skip.");
 ABSL_FLAG(int, operand_sets, 4,
           "Distinct A and C buffers the --sustained_s run rotates through.");
+ABSL_FLAG(std::string, sustained_kernel, "pick",
+          "Which kernel the --sustained_s run takes: pick (the selector's "
+          "choice), spark (the best own config that fits the GB10's 99 KiB) "
+          "or cublaslt (the best cuBLASLt candidate). Log the GPU clock "
+          "(nvidia-smi) beside it to compare kernels at the power cap.");
 ABSL_FLAG(bool, candidates, false,
           "Print every candidate's time, not just the table.");
 
@@ -162,6 +167,12 @@ absl::Status Main() {
   sustained.seconds = absl::GetFlag(FLAGS_sustained_s);
   sustained.operand_sets = absl::GetFlag(FLAGS_operand_sets);
   if (sustained.seconds > 0) RETURN_IF_ERROR(CheckSustainedOptions(sustained));
+  const std::string sustained_kernel = absl::GetFlag(FLAGS_sustained_kernel);
+  if (sustained_kernel != "pick" && sustained_kernel != "spark" &&
+      sustained_kernel != "cublaslt") {
+    return absl::InvalidArgumentError(
+        "--sustained_kernel must be pick, spark or cublaslt");
+  }
   if (CudaDeviceCount() == 0) {
     return absl::UnavailableError("no CUDA device: nothing to benchmark");
   }
@@ -246,10 +257,19 @@ absl::Status Main() {
         }
         (void)tuned;
         if (sustained.seconds > 0 && r + 1 == repeat) {
+          const CandidateTiming* other = sustained_kernel == "spark" ? spark
+                                         : sustained_kernel == "cublaslt"
+                                             ? lt
+                                             : nullptr;
+          if (sustained_kernel != "pick" && other == nullptr) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "no ", sustained_kernel, " candidate ran for ", row.shape));
+          }
+          const KernelChoice& choice = other ? other->choice : pick;
           std::fprintf(stderr, "  sustained run of %s ...\n",
-                       pick.name.c_str());
+                       choice.name.c_str());
           ASSIGN_OR_RETURN(row.sustained,
-                           RunSustained(*selector, pick, p, sustained));
+                           RunSustained(*selector, choice, p, sustained));
         }
 
         nlohmann::json entry;
@@ -335,21 +355,25 @@ absl::Status Main() {
   }
   if (sustained.seconds > 0) {
     std::printf(
-        "\nSustained: the pick back to back, %.1f s per column after as long "
+        "\nSustained: the %s back to back, %.1f s per column after as long "
         "a warm-up, %d rotating A/C sets and one B. TFLOPS (ratio to back to "
-        "back; back to back: to the table's pick)\n%-18s %-3s %-22s %6s "
-        "%13s %13s %13s %13s\n",
-        sustained.seconds, sustained.operand_sets, "shape", "ab", "pick",
-        "table", "back to back", "timing event", "plain event", "streams");
+        "back; back to back: to the table's figure for that kernel)\n%-18s "
+        "%-3s %-22s %6s %13s %13s %13s %13s\n",
+        sustained_kernel.c_str(), sustained.seconds, sustained.operand_sets,
+        "shape", "ab", "kernel", "table", "back to back", "timing event",
+        "plain event", "streams");
     for (const Row& row : rows) {
       if (!row.sustained.has_value()) continue;
       const SustainedResult& s = *row.sustained;
       const double b2b = s.back_to_back_tflops;
+      const double table = sustained_kernel == "spark"      ? row.spark
+                           : sustained_kernel == "cublaslt" ? row.lt
+                                                            : row.pick;
       std::printf(
           "%-18s %-3s %-22s %6.0f %6.0f (%.2f) %6.0f (%.2f) %6.0f (%.2f) "
           "%6.0f (%.2f)\n",
-          row.shape.c_str(), row.layout.c_str(), s.choice.name.c_str(),
-          row.pick, b2b, b2b / row.pick, s.event_after_each_tflops,
+          row.shape.c_str(), row.layout.c_str(), s.choice.name.c_str(), table,
+          b2b, b2b / table, s.event_after_each_tflops,
           s.event_after_each_tflops / b2b, s.plain_event_after_each_tflops,
           s.plain_event_after_each_tflops / b2b, s.streams_tflops,
           s.streams_tflops / b2b);

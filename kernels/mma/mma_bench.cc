@@ -2,6 +2,7 @@
 // (heuristic's first pick, 32 MiB workspace) on the same data in the same
 // process. CUDA events, median of --iters runs after warm-up.
 //   mma_bench [--iters N] [--configs substr] [--shapes MxNxK,...]
+//   mma_bench --peak_only   (just the mma.sync ceiling and its clock)
 // Prints one line per (shape, layout, config) and a summary table.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "kernels/mma/mma_gemm.h"
+#include "kernels/mma/mma_peak.h"
 
 namespace {
 
@@ -132,19 +134,18 @@ struct LtGemm {
 
 }  // namespace
 
-namespace matmul::mma {
-double MeasureMmaPeakTflops(int blocks_per_sm);  // mma_peak.cu
-}
-
 int main(int argc, char** argv) {
   int iters = 30;
+  bool peak_only = false;
   std::string filter;
   std::vector<Shape> shapes = {{5120, 11008, 2048},
                                {5120, 2048, 11008},
                                {5120, 2048, 2048},
                                {5120, 512, 2048}};
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
+    if (!std::strcmp(argv[i], "--peak_only")) {
+      peak_only = true;
+    } else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
       iters = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--configs") && i + 1 < argc) {
       filter = argv[++i];
@@ -166,10 +167,13 @@ int main(int argc, char** argv) {
               matmul::mma::MaxSharedBytesOptin(device));
 
   for (int blocks : {1, 2, 4}) {
+    const matmul::mma::MmaPeak peak = matmul::mma::MeasureMmaPeak(blocks);
     std::printf(
-        "mma.sync m16n8k16 BF16 ceiling, %d x 8 warps/SM: %.1f TFLOP/s\n",
-        blocks, matmul::mma::MeasureMmaPeakTflops(blocks));
+        "mma.sync m16n8k16 BF16 ceiling, %d x 8 warps/SM: %.1f TFLOP/s, "
+        "%.0f FLOP per SM cycle at %.0f MHz\n",
+        blocks, peak.tflops, peak.flop_per_sm_cycle, peak.clock_mhz);
   }
+  if (peak_only) return 0;
 
   struct Row {
     std::string shape;

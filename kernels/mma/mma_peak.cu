@@ -3,15 +3,21 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/mma/internal/mma_kernel.cuh"
+#include "kernels/mma/mma_peak.h"
 
 namespace matmul::mma {
 namespace {
 
 constexpr int kChains = 16;  // independent accumulators per warp
 
-__global__ void __launch_bounds__(256) PeakKernel(int iters, float* out) {
+// Thread 0 of each block stores the cycles its block took (clock64), which
+// with the elapsed time gives the SM clock the MMAs ran at.
+__global__ void __launch_bounds__(256)
+    PeakKernel(int iters, float* out, long long* cycles) {
+  const long long begin = clock64();
   uint32_t a[4], b[2];
   for (int i = 0; i < 4; ++i) a[i] = 0x3f803f80u ^ (threadIdx.x * 7 + i);
   for (int i = 0; i < 2; ++i) b[i] = 0x3f803f80u ^ (threadIdx.x * 5 + i);
@@ -25,40 +31,58 @@ __global__ void __launch_bounds__(256) PeakKernel(int iters, float* out) {
   for (int c = 0; c < kChains; ++c)
     sum += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
   if (sum == 12345.0f) out[threadIdx.x] = sum;  // keeps the MMAs alive
+  __syncthreads();
+  if (threadIdx.x == 0) cycles[blockIdx.x] = clock64() - begin;
 }
 
 }  // namespace
 
-// Returns the mma.sync BF16 rate in TFLOP/s (blocks_per_sm blocks of 8 warps
-// on every SM), or a negative value on a CUDA error.
-double MeasureMmaPeakTflops(int blocks_per_sm) {
+// The mma.sync BF16 rate with blocks_per_sm blocks of 8 warps on every SM
+// (one wave): TFLOP/s, FLOP per SM clock cycle, and the SM clock (block
+// cycles over elapsed time). All zero on a CUDA error.
+MmaPeak MeasureMmaPeak(int blocks_per_sm) {
+  MmaPeak peak;
   int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return -1;
+  if (cudaGetDevice(&device) != cudaSuccess) return peak;
   if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) !=
       cudaSuccess) {
-    return -1;
+    return peak;
   }
-  float* out = nullptr;
-  if (cudaMalloc(&out, 1024) != cudaSuccess) return -1;
   const int iters = 4096;
   const int blocks = sms * blocks_per_sm;
+  float* out = nullptr;
+  long long* cycles = nullptr;
+  if (cudaMalloc(&out, 1024) != cudaSuccess) return peak;
+  if (cudaMalloc(&cycles, blocks * sizeof(long long)) != cudaSuccess) {
+    cudaFree(out);
+    return peak;
+  }
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
-  PeakKernel<<<blocks, 256>>>(iters, out);  // warm-up, clocks up
-  PeakKernel<<<blocks, 256>>>(iters, out);
+  PeakKernel<<<blocks, 256>>>(iters, out, cycles);  // warm-up, clocks up
+  PeakKernel<<<blocks, 256>>>(iters, out, cycles);
   cudaEventRecord(start);
-  PeakKernel<<<blocks, 256>>>(iters, out);
+  PeakKernel<<<blocks, 256>>>(iters, out, cycles);
   cudaEventRecord(stop);
   const bool ok = cudaEventSynchronize(stop) == cudaSuccess;
   float ms = 0;
   cudaEventElapsedTime(&ms, start, stop);
+  std::vector<long long> host(blocks);
+  cudaMemcpy(host.data(), cycles, blocks * sizeof(long long),
+             cudaMemcpyDeviceToHost);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaFree(out);
-  if (!ok || cudaGetLastError() != cudaSuccess) return -1;
-  const double flop = 2.0 * 16 * 8 * 16 * double(kChains) * iters * 8 * blocks;
-  return flop / (ms * 1e-3) / 1e12;
+  cudaFree(cycles);
+  if (!ok || cudaGetLastError() != cudaSuccess || ms <= 0) return peak;
+  const double block_flop = 2.0 * 16 * 8 * 16 * double(kChains) * iters * 8;
+  double mean_cycles = 0;
+  for (long long c : host) mean_cycles += static_cast<double>(c) / blocks;
+  peak.tflops = block_flop * blocks / (ms * 1e-3) / 1e12;
+  peak.flop_per_sm_cycle = block_flop * blocks_per_sm / mean_cycles;
+  peak.clock_mhz = mean_cycles / (ms * 1e3);
+  return peak;
 }
 
 }  // namespace matmul::mma

@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Everything issues 4 and 5 report (about 9 minutes; PHASES "tests issue4"
-# and "issue5" each fit one device call): the CUDA GPU tests
-# (regions_process_test starts binaries from the build tree: CI runs it)
-# and the regions steps (two C++ processes, the Python client), issue 4's seed shapes through a ring against the standalone pick
-# (interleaved and sustained, with GPU clocks), and issue 5's concurrency
-# sweep (M = 16..128, batching off, on, on with a batch of 32 and a 500 us
-# delay) with 2 workers over 8 rings, then the concurrency-64 point with the
-# daemon's default 4 workers. Logs and JSON are packed into
-# $OUT/results.tgz; the tables are printed. Run from the repo root with
-# the bundle unpacked.
+# Everything issues 4 and 5 report, by PHASES (default "tests issue4
+# issue5"; "tests issue4" and "issue5" each fit one device call):
+#   tests   the CUDA GPU tests (regions_process_test starts binaries from
+#           the build tree: CI runs it) and the regions steps (two C++
+#           processes, the Python client);
+#   issue4  the seed shapes through a ring against the standalone pick
+#           (interleaved and sustained, with GPU clocks), ROUNDS times
+#           (default 1), each round measuring both anew;
+#   issue5  the concurrency sweep (M = 16..128, batching off, on, on with a
+#           batch of 32 and a 500 us delay) with 2 workers over 8 rings,
+#           then the concurrency-64 point with the default 4 workers;
+#   kernels issue 3's kernel_clocks.sh (Spark path and cuBLASLt against
+#           their instructions' peaks, clock for clock).
+# Logs and JSON are packed into $OUT/results.tgz; the tables are printed.
+# Run from the repo root with the bundle unpacked.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT/logs"
@@ -30,10 +35,18 @@ for step in daemon_e2e cli_regions python_regions; do
 done
 fi
 if has issue4; then
-PARTS="standalone ring" bash tests/gpu/service/zero_copy_bench.sh \
-  >"$OUT/logs/zero_copy.log" 2>&1 || rc=1
-sed -n '/^TFLOP\/s; service/,$p' "$OUT/logs/zero_copy.log"
-grep -A2 '256x256x256' "$OUT/logs/zero_copy.log" || true
+for round in $(seq "${ROUNDS:-1}"); do
+  echo "issue 4, round $round"
+  OUT=$OUT/round$round PARTS="standalone ring" \
+    bash tests/gpu/service/zero_copy_bench.sh \
+    >"$OUT/logs/zero_copy_$round.log" 2>&1 || rc=1
+  sed -n '/^TFLOP\/s; service/,$p' "$OUT/logs/zero_copy_$round.log"
+  grep -A2 '256x256x256' "$OUT/logs/zero_copy_$round.log" || true
+done
+fi
+if has kernels; then
+bash tests/gpu/kernel_clocks.sh >"$OUT/logs/kernel_clocks.log" 2>&1 || rc=1
+sed -n '/^mma.sync probe/,$p' "$OUT/logs/kernel_clocks.log"
 fi
 if has issue5; then
 DELAY_US=500 DELAY_BATCH=32 BENCH_FLAGS=--rings=8 \

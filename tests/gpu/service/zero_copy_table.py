@@ -7,11 +7,13 @@ Then the GPU's SM clock and power per part, from clocks.csv and parts.txt.
 
 Usage: python3 zero_copy_table.py RESULTS_DIR
 """
-import collections
 import glob
 import json
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import gpu_clocks  # noqa: E402
 
 
 def main(res):
@@ -42,36 +44,7 @@ def main(res):
                   f"{'' if same else ' (NOT the standalone pick)'}, "
                   f"kernel p50 {level['server_kernel_p50_s'] * 1e6:.1f} us, "
                   f"batch {level['mean_batch_size']:.2f}")
-    clocks_path = os.path.join(res, "clocks.csv")
-    parts_path = os.path.join(res, "parts.txt")
-    if not (os.path.exists(clocks_path) and os.path.exists(parts_path)):
-        return
-    parts = [line.split(" ", 2) for line in open(parts_path) if line.strip()]
-    starts = [(f"{day} {time}", name.strip()) for day, time, name in parts]
-    samples = collections.defaultdict(list)
-    for line in open(clocks_path):
-        fields = [f.strip() for f in line.split(",")]
-        try:
-            clock = float(fields[1].split()[0])
-            watts = float(fields[2].split()[0])
-        except (IndexError, ValueError):  # a header or "[N/A]"
-            continue
-        part = None
-        for start, name in starts:
-            if fields[0] >= start:
-                part = name
-        if part is not None:
-            samples[part].append((clock, watts))
-    print("GPU while each part ran: SM clock MHz and power W (median, min)")
-    for _, name in starts:
-        s = samples.get(name)
-        if not s:
-            continue
-        clocks = sorted(c for c, _ in s)
-        watts = sorted(w for _, w in s)
-        print(f"  {name:<12} clock {clocks[len(clocks) // 2]:.0f} "
-              f"(min {clocks[0]:.0f}), power {watts[len(watts) // 2]:.0f} W "
-              f"(max {watts[-1]:.0f}), {len(s)} samples")
+    gpu_clocks.print_clocks(res)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,48 @@
+"""kernel_clocks.sh's table: per shape and kernel, sustained TFLOP/s, the
+median SM clock while it ran, and FLOP per SM cycle as a fraction of the
+instruction's peak: the mma.sync probe's (measured, mma_bench --peak_only)
+for the Spark path, wgmma's 4096 dense BF16 FLOP per SM cycle (NVIDIA's
+989.5 TFLOP/s = 132 SMs x 1830 MHz x 4096) for cuBLASLt.
+
+Usage: python3 kernel_clocks_table.py RES
+"""
+import glob
+import json
+import os
+import re
+import sys
+
+import gpu_clocks
+
+WGMMA_FLOP_PER_SM_CYCLE = 4096
+
+
+def main(res):
+    peak_text = open(os.path.join(res, "peak.txt")).read()
+    sms = int(re.search(r"(\d+) SMs", peak_text).group(1))
+    probes = re.findall(r"(\d+) x 8 warps/SM: ([\d.]+) TFLOP/s, (\d+) FLOP "
+                        r"per SM cycle at (\d+) MHz", peak_text)
+    mma_peak = max(float(p[2]) for p in probes)
+    clocks = gpu_clocks.clocks_per_part(res)
+    print(f"mma.sync probe: {mma_peak:.0f} FLOP per SM cycle (best of "
+          f"{len(probes)}); wgmma: {WGMMA_FLOP_PER_SM_CYCLE}; {sms} SMs")
+    print(f"{'shape':<18} {'kernel':<28} {'TFLOP/s':>8} {'MHz':>6} "
+          f"{'W':>5} {'FLOP/SM/cycle':>14} {'of its peak':>11}")
+    for path in sorted(glob.glob(os.path.join(res, "*.json"))):
+        part = os.path.basename(path)[:-len(".json")]
+        entry = json.load(open(path))["runs"][-1][0]
+        sustained = entry["sustained"]
+        tflops = sustained["back_to_back_tflops"]
+        if part not in clocks:
+            continue
+        mhz, _, watts, _, _ = clocks[part]
+        per_cycle = tflops * 1e12 / (sms * mhz * 1e6)
+        peak = (WGMMA_FLOP_PER_SM_CYCLE
+                if sustained["kernel"].startswith("cublaslt") else mma_peak)
+        print(f"{entry['shape']:<18} {sustained['kernel']:<28} {tflops:8.0f} "
+              f"{mhz:6.0f} {watts:5.0f} {per_cycle:14.0f} "
+              f"{per_cycle / peak:11.2f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
