@@ -168,10 +168,13 @@ int main(int argc, char** argv) {
 
   for (int blocks : {1, 2, 4}) {
     const matmul::mma::MmaPeak peak = matmul::mma::MeasureMmaPeak(blocks);
-    std::printf(
-        "mma.sync m16n8k16 BF16 ceiling, %d x 8 warps/SM: %.1f TFLOP/s, "
-        "%.0f FLOP per SM cycle at %.0f MHz\n",
-        blocks, peak.tflops, peak.flop_per_sm_cycle, peak.clock_mhz);
+    std::printf("mma.sync m16n8k16 BF16 ceiling, %d x 8 warps/SM: %.1f TFLOP/s",
+                blocks, peak.tflops);
+    if (peak.clock_mhz > 0) {
+      std::printf(", %.0f FLOP per SM cycle at %.0f MHz",
+                  peak.flop_per_sm_cycle, peak.clock_mhz);
+    }
+    std::printf("\n");
   }
   if (peak_only) return 0;
 

@@ -38,8 +38,10 @@ __global__ void __launch_bounds__(256)
 }  // namespace
 
 // The mma.sync BF16 rate with blocks_per_sm blocks of 8 warps on every SM
-// (one wave): TFLOP/s, FLOP per SM clock cycle, and the SM clock (block
-// cycles over elapsed time). All zero on a CUDA error.
+// (one wave): TFLOP/s and, with one block per SM, FLOP per SM clock cycle
+// and the SM clock (block cycles over elapsed time; with more blocks per SM
+// they do not start together, so their cycles do not span the kernel).
+// All zero on a CUDA error.
 MmaPeak MeasureMmaPeak(int blocks_per_sm) {
   MmaPeak peak;
   int device = 0, sms = 0;
@@ -80,8 +82,10 @@ MmaPeak MeasureMmaPeak(int blocks_per_sm) {
   double mean_cycles = 0;
   for (long long c : host) mean_cycles += static_cast<double>(c) / blocks;
   peak.tflops = block_flop * blocks / (ms * 1e-3) / 1e12;
-  peak.flop_per_sm_cycle = block_flop * blocks_per_sm / mean_cycles;
-  peak.clock_mhz = mean_cycles / (ms * 1e3);
+  if (blocks_per_sm == 1) {
+    peak.flop_per_sm_cycle = block_flop / mean_cycles;
+    peak.clock_mhz = mean_cycles / (ms * 1e3);
+  }
   return peak;
 }
 

@@ -6,8 +6,10 @@ namespace matmul::mma {
 
 struct MmaPeak {
   double tflops = 0;
-  double flop_per_sm_cycle = 0;  // the rate per SM, independent of clock
-  double clock_mhz = 0;          // the SM clock it ran at
+  // With one block per SM only (0 otherwise): the rate per SM cycle,
+  // independent of the clock, and the SM clock it ran at.
+  double flop_per_sm_cycle = 0;
+  double clock_mhz = 0;
 };
 
 MmaPeak MeasureMmaPeak(int blocks_per_sm);

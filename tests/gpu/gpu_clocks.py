@@ -52,7 +52,7 @@ def print_clocks(res):
         return
     print("GPU while each part ran: SM clock MHz and power W (median, min)")
     for name, (clock, low, watts, high, n) in per_part.items():
-        print(f"  {name:<12} clock {clock:.0f} (min {low:.0f}), power "
+        print(f"  {name:<26} clock {clock:.0f} (min {low:.0f}), power "
               f"{watts:.0f} W (max {high:.0f}), {n} samples")
 
 

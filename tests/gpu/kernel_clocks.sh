@@ -8,6 +8,7 @@
 # to back for SUSTAINED_S seconds (matmul-bench --sustained_kernel) with
 # nvidia-smi sampling the SM clock. kernel_clocks_table.py turns TFLOP/s and
 # clock into FLOP per SM cycle and the fraction of each instruction's peak.
+# Then ncu on the best GB10 configs (NCU_CONFIGS; empty skips it).
 # Results under $OUT/kernel_clocks/. Run from the repo root with the bundle
 # unpacked.
 set -uo pipefail
@@ -40,5 +41,33 @@ done
 part end
 kill "$clocks" 2>/dev/null
 python3 tests/gpu/kernel_clocks_table.py "$res" || rc=1
+
+# Where the Spark path's cycles go: ncu (clocks left alone) on the two best
+# GB10 configs, one launch each on 5120x11008x2048: the usual sections,
+# then the shared-memory and tensor pipes as a share of their peaks.
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+for cfg in ${NCU_CONFIGS-mma_128x128x64_s3 mma_192x128x64_s2}; do
+  [ -n "$ncu" ] || { echo "no ncu: profile skipped"; break; }
+  profile() {
+    timeout 120 "$ncu" --clock-control none -k regex:GemmKernel -s 2 -c 1 \
+      "$@" bundle/mma_bench --iters 1 --shapes 5120x11008x2048 \
+      --configs "$cfg"
+  }
+  profile --section SpeedOfLight --section WarpStateStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
+    --section Occupancy >"$res/ncu_$cfg.txt" 2>&1 || rc=1
+  profile --metrics "$(tr -d ' \n' <<'METRICS'
+l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed,
+l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed,
+l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed,
+sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,
+sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_elapsed,
+smsp__issue_active.avg.pct_of_peak_sustained_elapsed
+METRICS
+)" >"$res/ncu_metrics_$cfg.txt" 2>&1 || rc=1
+  echo "== ncu $cfg"
+  grep -E "SM Frequency|Duration|Compute \(SM\) Throughput|L1/TEX Cache Throughput|Shared|pct_of_peak|ERROR|Stall|Warp Cycles Per Issued" \
+    "$res/ncu_$cfg.txt" "$res/ncu_metrics_$cfg.txt" | sed "s|$res/||" | head -40
+done
 echo "kernel_clocks: rc=$rc"
 exit $rc

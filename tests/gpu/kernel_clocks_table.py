@@ -20,12 +20,13 @@ WGMMA_FLOP_PER_SM_CYCLE = 4096
 def main(res):
     peak_text = open(os.path.join(res, "peak.txt")).read()
     sms = int(re.search(r"(\d+) SMs", peak_text).group(1))
-    probes = re.findall(r"(\d+) x 8 warps/SM: ([\d.]+) TFLOP/s, (\d+) FLOP "
-                        r"per SM cycle at (\d+) MHz", peak_text)
-    mma_peak = max(float(p[2]) for p in probes)
+    probe = re.search(r"([\d.]+) TFLOP/s, (\d+) FLOP per SM cycle at (\d+) "
+                      r"MHz", peak_text)
+    mma_peak = float(probe.group(2))
     clocks = gpu_clocks.clocks_per_part(res)
-    print(f"mma.sync probe: {mma_peak:.0f} FLOP per SM cycle (best of "
-          f"{len(probes)}); wgmma: {WGMMA_FLOP_PER_SM_CYCLE}; {sms} SMs")
+    print(f"mma.sync probe (8 warps per SM): {probe.group(1)} TFLOP/s, "
+          f"{mma_peak:.0f} FLOP per SM cycle at {probe.group(3)} MHz; wgmma: "
+          f"{WGMMA_FLOP_PER_SM_CYCLE}; {sms} SMs")
     print(f"{'shape':<18} {'kernel':<28} {'TFLOP/s':>8} {'MHz':>6} "
           f"{'W':>5} {'FLOP/SM/cycle':>14} {'of its peak':>11}")
     for path in sorted(glob.glob(os.path.join(res, "*.json"))):

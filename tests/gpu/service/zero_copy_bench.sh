@@ -55,20 +55,36 @@ daemon() {
     ${DAEMON_FLAGS:-}
 }
 
+part() { echo "$(date '+%Y/%m/%d %H:%M:%S.%3N') $1" >>"$res/parts.txt"; }
+# matmul-bench's progress lines mark when each shape's table timing (short
+# interleaved bursts) and its sustained run start, so that the clock log
+# tells the two apart.
+mark_standalone_phases() {
+  local shape=
+  while IFS= read -r line; do
+    case $line in
+      "["*) shape=$(awk '{print $2}' <<<"$line"); part "table $shape" ;;
+      *"sustained run"*) part "sustained $shape" ;;
+    esac
+    echo "$line"
+  done
+}
+
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
   --format=csv,noheader -lms 250 >"$res/clocks.csv" 2>/dev/null &
 clocks=$!
 trap 'kill "$clocks" 2>/dev/null' EXIT
 : >"$res/parts.txt"
 for part in $PARTS; do
-  echo "$(date '+%Y/%m/%d %H:%M:%S.%3N') $part" >>"$res/parts.txt"
+  part "$part"
   case $part in
     standalone)
       bundle/matmul-bench --shapes="$(echo $shapes | tr ' ' ,)" \
         --layouts=NT --repeat=1 --json="$res/standalone.json" \
         --sustained_s="${SUSTAINED_S:-3}" --operand_sets=4 \
         --tuning_cache="$res/tuning.json" \
-        >"$res/standalone.txt" 2>&1 || rc=1
+        2> >(mark_standalone_phases >"$res/standalone_progress.txt") \
+        >"$res/standalone.txt" || rc=1
       cat "$res/standalone.txt" ;;
     batching)
       daemon
