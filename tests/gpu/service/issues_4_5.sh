@@ -6,7 +6,8 @@
 #           processes, the Python client);
 #   issue4  the seed shapes through a ring against the standalone pick
 #           (interleaved and sustained, with GPU clocks), ROUNDS times
-#           (default 1), each round measuring both anew;
+#           (default 1), each round measuring both anew (ISSUE4_PARTS:
+#           zero_copy_bench.sh's parts, default "standalone ring");
 #   issue5  the concurrency sweep (M = 16..128, batching off, on, on with a
 #           batch of 32 and a 500 us delay) with 2 workers over 8 rings,
 #           then the concurrency-64 point with the default 4 workers;
@@ -37,7 +38,7 @@ fi
 if has issue4; then
 for round in $(seq "${ROUNDS:-1}"); do
   echo "issue 4, round $round"
-  OUT=$OUT/round$round PARTS="standalone ring" \
+  OUT=$OUT/round$round PARTS=${ISSUE4_PARTS:-standalone ring} \
     bash tests/gpu/service/zero_copy_bench.sh \
     >"$OUT/logs/zero_copy_$round.log" 2>&1 || rc=1
   sed -n '/^TFLOP\/s; service/,$p' "$OUT/logs/zero_copy_$round.log"
