@@ -478,21 +478,42 @@ struct Gemm {
 
     const OffsetsA offs_a(wm, lane);
     const OffsetsB offs_b(wn, lane);
+    // Two copies of the loop, so that the one interior blocks run holds no
+    // predicated loads (and their registers) at all: with both loaders in
+    // one loop the compiler predicates instead of branching, and a warp
+    // issues the unused loader's instructions every k-tile.
+    const bool full = kVec && full_tiles == k_tiles && p.k % S::kBK == 0;
     if constexpr (S::kInPlaceFrags) {
-      // Two copies of the loop, so that the one interior blocks run holds no
-      // predicated loads (and their registers) at all.
-      if (kVec && full_tiles == k_tiles && p.k % S::kBK == 0) {
+      if (full) {
         InPlaceLoop<kVec>(acc, p, smem, smem_b, offs_a, offs_b, load_a, load_b);
       } else {
         InPlaceLoop<false>(acc, p, smem, smem_b, offs_a, offs_b, load_a,
                            load_b);
       }
-      return;
+    } else {
+      if (full) {
+        PairLoop<kVec>(acc, p, smem, smem_b, offs_a, offs_b, load_a, load_b);
+      } else {
+        PairLoop<false>(acc, p, smem, smem_b, offs_a, offs_b, load_a, load_b);
+      }
     }
+  }
+
+  // Main loop of the warp tiles up to 64x64: two full sets of fragments,
+  // the next k16 step's loaded while this one's MMAs run. The loads of
+  // k-tile kt + kStages - 1 go out at the first step of k-tile kt; one
+  // wait and barrier per k-tile, before its last step.
+  // kFull: every k-tile of this block is wholly in range (LoadFull only).
+  template <bool kFull, class LoaderA, class LoaderB>
+  __device__ __forceinline__ static void PairLoop(
+      float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, uint32_t smem,
+      uint32_t smem_b, const OffsetsA& oa, const OffsetsB& ob, LoaderA& load_a,
+      LoaderB& load_b) {
+    const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
     Frags frags[2];
     int read = 0;
     int write = S::kStages - 1;
-    LoadFrags(frags[0], smem, smem_b, offs_a, offs_b, 0);
+    LoadFrags(frags[0], smem, smem_b, oa, ob, 0);
 
     for (int kt = 0; kt < k_tiles; ++kt) {
 #pragma unroll
@@ -506,12 +527,21 @@ struct Gemm {
         }
         const int next = (kk + 1) % S::kKSteps;
         LoadFrags(frags[(kk + 1) % 2], smem + read * S::kStageBytesA,
-                  smem_b + read * S::kStageBytesB, offs_a, offs_b, next);
+                  smem_b + read * S::kStageBytesB, oa, ob, next);
         if (kk == 0) {
           // Issue the loads of k-tile kt + kStages - 1 before this tile's
           // MMAs, into the stage consumed during k-tile kt - 1.
           if (kt + S::kStages - 1 < k_tiles) {
-            load(kt + S::kStages - 1, write);
+            const uint32_t dst_a = smem + write * S::kStageBytesA;
+            const uint32_t dst_b = smem_b + write * S::kStageBytesB;
+            if constexpr (kFull) {
+              load_a.LoadFull(dst_a, p.lda);
+              load_b.LoadFull(dst_b, p.ldb);
+            } else {
+              const int k_left = p.k - (kt + S::kStages - 1) * S::kBK;
+              load_a.Load(dst_a, p.lda, k_left);
+              load_b.Load(dst_b, p.ldb, k_left);
+            }
             load_a.Advance(p.lda);
             load_b.Advance(p.ldb);
           }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# A/B of two mma_bench builds in one device call (same GPU, same clocks
+# regime): runs BEFORE and AFTER alternately ROUNDS times (default 2) on the
+# seed shapes, then prints, per shape/layout and config, the mean TFLOP/s
+# of each and after/before. Extra args go to both mma_bench runs.
+#   compare_h200.sh BEFORE_MMA_BENCH AFTER_MMA_BENCH [mma_bench args...]
+# Logs under $OUT/compare/.
+set -uo pipefail
+before=$1 after=$2
+shift 2
+OUT=${OUT:-/tmp/out}
+res=$OUT/compare
+mkdir -p "$res"
+rc=0
+for round in $(seq "${ROUNDS:-2}"); do
+  for side in before after; do
+    bin=$before
+    [ "$side" = after ] && bin=$after
+    timeout 240 "$bin" "$@" >"$res/${side}_$round.log" 2>&1 || rc=1
+  done
+done
+python3 - "$res" <<'PY' || rc=1
+import collections, glob, re, sys
+res = sys.argv[1]
+line = re.compile(r"^(\S+ \S+)\s+(mma_\S+)\s+[\d.]+ ms\s+([\d.]+) TFLOP/s")
+lt = re.compile(r"^(\S+ \S+)\s+cuBLASLt\s+[\d.]+ ms\s+([\d.]+) TFLOP/s")
+tf = {"before": collections.defaultdict(list),
+      "after": collections.defaultdict(list)}
+for side in tf:
+    for path in sorted(glob.glob(f"{res}/{side}_*.log")):
+        for text in open(path):
+            m = line.match(text) or lt.match(text)
+            if m:
+                key = (m.group(1), m.group(2) if m.lastindex == 3 else "cuBLASLt")
+                tf[side][key].append(float(m.groups()[-1]))
+mean = lambda v: sum(v) / len(v)
+print(f"{'shape':<22} {'kernel':<26} {'before':>8} {'after':>8} {'after/before':>12}")
+for key in tf["before"]:
+    if key not in tf["after"]:
+        continue
+    b, a = mean(tf["before"][key]), mean(tf["after"][key])
+    print(f"{key[0]:<22} {key[1]:<26} {b:8.1f} {a:8.1f} {a / b:12.3f}")
+PY
+echo "compare: rc=$rc"
+exit $rc
