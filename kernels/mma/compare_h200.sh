@@ -22,17 +22,15 @@ done
 python3 - "$res" <<'PY' || rc=1
 import collections, glob, re, sys
 res = sys.argv[1]
-line = re.compile(r"^(\S+ \S+)\s+(mma_\S+)\s+[\d.]+ ms\s+([\d.]+) TFLOP/s")
-lt = re.compile(r"^(\S+ \S+)\s+cuBLASLt\s+[\d.]+ ms\s+([\d.]+) TFLOP/s")
+line = re.compile(r"^(\S+)\s+(mma_\S+|cuBLASLt)\s+[\d.]+ ms\s+([\d.]+) TFLOP/s")
 tf = {"before": collections.defaultdict(list),
       "after": collections.defaultdict(list)}
 for side in tf:
     for path in sorted(glob.glob(f"{res}/{side}_*.log")):
         for text in open(path):
-            m = line.match(text) or lt.match(text)
+            m = line.match(text)
             if m:
-                key = (m.group(1), m.group(2) if m.lastindex == 3 else "cuBLASLt")
-                tf[side][key].append(float(m.groups()[-1]))
+                tf[side][(m.group(1), m.group(2))].append(float(m.group(3)))
 mean = lambda v: sum(v) / len(v)
 print(f"{'shape':<22} {'kernel':<26} {'before':>8} {'after':>8} {'after/before':>12}")
 for key in tf["before"]:
