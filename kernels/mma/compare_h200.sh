@@ -6,6 +6,10 @@
 #   compare_h200.sh BEFORE_MMA_BENCH AFTER_MMA_BENCH [mma_bench args...]
 # Logs under $OUT/compare/.
 set -uo pipefail
+if [ $# -lt 2 ]; then
+  echo "usage: compare_h200.sh BEFORE_MMA_BENCH AFTER_MMA_BENCH [args...]" >&2
+  exit 2
+fi
 before=$1 after=$2
 shift 2
 OUT=${OUT:-/tmp/out}
@@ -16,7 +20,8 @@ for round in $(seq "${ROUNDS:-2}"); do
   for side in before after; do
     bin=$before
     [ "$side" = after ] && bin=$after
-    timeout 240 "$bin" "$@" >"$res/${side}_$round.log" 2>&1 || rc=1
+    timeout 240 "$bin" "$@" >"$res/${side}_$round.log" 2>&1 ||
+      { rc=1; echo "$side round $round failed: its figures are missing"; }
   done
 done
 python3 - "$res" <<'PY' || rc=1

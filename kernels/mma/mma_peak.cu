@@ -71,13 +71,16 @@ MmaPeak MeasureMmaPeak(int blocks_per_sm) {
   float ms = 0;
   cudaEventElapsedTime(&ms, start, stop);
   std::vector<long long> host(blocks);
-  cudaMemcpy(host.data(), cycles, blocks * sizeof(long long),
-             cudaMemcpyDeviceToHost);
+  const bool copied =
+      cudaMemcpy(host.data(), cycles, blocks * sizeof(long long),
+                 cudaMemcpyDeviceToHost) == cudaSuccess;
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaFree(out);
   cudaFree(cycles);
-  if (!ok || cudaGetLastError() != cudaSuccess || ms <= 0) return peak;
+  if (!ok || !copied || cudaGetLastError() != cudaSuccess || ms <= 0) {
+    return peak;
+  }
   const double block_flop = 2.0 * 16 * 8 * 16 * double(kChains) * iters * 8;
   double mean_cycles = 0;
   for (long long c : host) mean_cycles += static_cast<double>(c) / blocks;

@@ -1,5 +1,5 @@
 """kernel_clocks.sh's table: per shape and kernel, sustained TFLOP/s, the
-median SM clock while it ran, and FLOP per SM cycle as a fraction of the
+median SM clock while the sustained run went (after the tuning pass), and FLOP per SM cycle as a fraction of the
 instruction's peak: the mma.sync probe's (measured, mma_bench --peak_only)
 for the Spark path, wgmma's 4096 dense BF16 FLOP per SM cycle (NVIDIA's
 989.5 TFLOP/s = 132 SMs x 1830 MHz x 4096) for cuBLASLt.
@@ -22,6 +22,9 @@ def main(res):
     sms = int(re.search(r"(\d+) SMs", peak_text).group(1))
     probe = re.search(r"([\d.]+) TFLOP/s, (\d+) FLOP per SM cycle at (\d+) "
                       r"MHz", peak_text)
+    if probe is None:
+        print("no per-cycle mma.sync figure in peak.txt: no table")
+        return 1
     mma_peak = float(probe.group(2))
     clocks = gpu_clocks.clocks_per_part(res)
     print(f"mma.sync probe (8 warps per SM): {probe.group(1)} TFLOP/s, "
@@ -32,10 +35,11 @@ def main(res):
     for path in sorted(glob.glob(os.path.join(res, "*.json"))):
         part = os.path.basename(path)[:-len(".json")]
         entry = json.load(open(path))["runs"][-1][0]
-        sustained = entry["sustained"]
-        tflops = sustained["back_to_back_tflops"]
-        if part not in clocks:
+        sustained = entry.get("sustained")
+        if sustained is None or part not in clocks:
+            print(f"{part}: no sustained run or no clock samples")
             continue
+        tflops = sustained["back_to_back_tflops"]
         mhz, _, watts, _, _ = clocks[part]
         per_cycle = tflops * 1e12 / (sms * mhz * 1e6)
         peak = (WGMMA_FLOP_PER_SM_CYCLE
@@ -46,4 +50,4 @@ def main(res):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    sys.exit(main(sys.argv[1]))

@@ -431,6 +431,27 @@ struct Gemm {
     }
   }
 
+  // Issues the cp.async loads of k-tile `tile` into the stage at dst_a and
+  // dst_b, then moves the loaders on to the next k-tile. kFull: the tile is
+  // wholly in range (no predicates).
+  template <bool kFull, class LoaderA, class LoaderB>
+  __device__ __forceinline__ static void LoadTile(const KernelParams& p,
+                                                  int tile, uint32_t dst_a,
+                                                  uint32_t dst_b,
+                                                  LoaderA& load_a,
+                                                  LoaderB& load_b) {
+    if constexpr (kFull) {
+      load_a.LoadFull(dst_a, p.lda);
+      load_b.LoadFull(dst_b, p.ldb);
+    } else {
+      const int k_left = p.k - tile * S::kBK;
+      load_a.Load(dst_a, p.lda, k_left);
+      load_b.Load(dst_b, p.ldb, k_left);
+    }
+    load_a.Advance(p.lda);
+    load_b.Advance(p.ldb);
+  }
+
   template <bool kVec>
   __device__ __forceinline__ static void MainLoop(
       float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, const uint16_t* a,
@@ -450,26 +471,15 @@ struct Gemm {
     // k-tiles [0, full_tiles) of an interior block load without predicates.
     const int full_tiles =
         (kVec && m0 + S::kBM <= p.m && n0 + S::kBN <= p.n) ? p.k / S::kBK : 0;
-    auto load = [&](int tile, int stage) {
-      if constexpr (kVec) {
-        if (tile < full_tiles) {
-          load_a.LoadFull(smem + stage * S::kStageBytesA, p.lda);
-          load_b.LoadFull(smem_b + stage * S::kStageBytesB, p.ldb);
-          return;
-        }
-      }
-      const int k_left = p.k - tile * S::kBK;
-      load_a.Load(smem + stage * S::kStageBytesA, p.lda, k_left);
-      load_b.Load(smem_b + stage * S::kStageBytesB, p.ldb, k_left);
-    };
-
     // Prologue: stages 0 .. kStages-2 in flight.
 #pragma unroll
     for (int s = 0; s < S::kStages - 1; ++s) {
-      if (s < k_tiles) {
-        load(s, s);
-        load_a.Advance(p.lda);
-        load_b.Advance(p.ldb);
+      const uint32_t dst_a = smem + s * S::kStageBytesA;
+      const uint32_t dst_b = smem_b + s * S::kStageBytesB;
+      if (s < full_tiles) {
+        LoadTile<kVec>(p, s, dst_a, dst_b, load_a, load_b);
+      } else if (s < k_tiles) {
+        LoadTile<false>(p, s, dst_a, dst_b, load_a, load_b);
       }
       CpAsyncCommit();
     }
@@ -532,18 +542,9 @@ struct Gemm {
           // Issue the loads of k-tile kt + kStages - 1 before this tile's
           // MMAs, into the stage consumed during k-tile kt - 1.
           if (kt + S::kStages - 1 < k_tiles) {
-            const uint32_t dst_a = smem + write * S::kStageBytesA;
-            const uint32_t dst_b = smem_b + write * S::kStageBytesB;
-            if constexpr (kFull) {
-              load_a.LoadFull(dst_a, p.lda);
-              load_b.LoadFull(dst_b, p.ldb);
-            } else {
-              const int k_left = p.k - (kt + S::kStages - 1) * S::kBK;
-              load_a.Load(dst_a, p.lda, k_left);
-              load_b.Load(dst_b, p.ldb, k_left);
-            }
-            load_a.Advance(p.lda);
-            load_b.Advance(p.ldb);
+            LoadTile<kFull>(p, kt + S::kStages - 1,
+                            smem + write * S::kStageBytesA,
+                            smem_b + write * S::kStageBytesB, load_a, load_b);
           }
           CpAsyncCommit();
           write = (write + 1 == S::kStages) ? 0 : write + 1;
@@ -587,18 +588,9 @@ struct Gemm {
           // k-tile kt - 1 (every warp passed the barrier after reading it).
           if (kt + S::kStages - 1 < k_tiles) {
             const int write = read == 0 ? S::kStages - 1 : read - 1;
-            const uint32_t dst_a = smem + write * S::kStageBytesA;
-            const uint32_t dst_b = smem_b + write * S::kStageBytesB;
-            if constexpr (kFull) {
-              load_a.LoadFull(dst_a, p.lda);
-              load_b.LoadFull(dst_b, p.ldb);
-            } else {
-              const int k_left = p.k - (kt + S::kStages - 1) * S::kBK;
-              load_a.Load(dst_a, p.lda, k_left);
-              load_b.Load(dst_b, p.ldb, k_left);
-            }
-            load_a.Advance(p.lda);
-            load_b.Advance(p.ldb);
+            LoadTile<kFull>(p, kt + S::kStages - 1,
+                            smem + write * S::kStageBytesA,
+                            smem_b + write * S::kStageBytesB, load_a, load_b);
           }
           CpAsyncCommit();
         }

@@ -84,7 +84,11 @@ for part in $PARTS; do
         --sustained_s="${SUSTAINED_S:-3}" --operand_sets=4 \
         --tuning_cache="$res/tuning.json" \
         2> >(mark_standalone_phases >"$res/standalone_progress.txt") \
-        >"$res/standalone.txt" || rc=1
+        >"$res/standalone.txt" || {
+        rc=1
+        sleep 1  # the progress filter may still be writing
+        tail -5 "$res/standalone_progress.txt"
+      }
       cat "$res/standalone.txt" ;;
     batching)
       daemon
