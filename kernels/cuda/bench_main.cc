@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -61,11 +61,14 @@ ABSL_FLAG(double, sustained_s, 0.0,
           "and round robin over that many streams. 0: skip.");
 ABSL_FLAG(int, operand_sets, 4,
           "Distinct A and C buffers the --sustained_s run rotates through.");
-ABSL_FLAG(std::string, sustained_kernel, "pick",
-          "Which kernel the --sustained_s run takes: pick (the selector's "
-          "choice), spark (the best own config that fits the GB10's 99 KiB) "
-          "or cublaslt (the best cuBLASLt candidate). Log the GPU clock "
-          "(nvidia-smi) beside it to compare kernels at the power cap.");
+ABSL_FLAG(std::string, sustained_kernels, "pick",
+          "Comma-separated kernels the --sustained_s run takes, one after "
+          "the other over the same operands: pick (the selector's choice), "
+          "spark (the best own config that fits the GB10's 99 KiB), "
+          "cublaslt (the best cuBLASLt candidate). With cublaslt among "
+          "them, each kernel's back-to-back figure is also given as a "
+          "ratio to cuBLASLt's: the comparison at the GPU's sustained "
+          "clock (an H200 runs at its power cap then).");
 ABSL_FLAG(bool, candidates, false,
           "Print every candidate's time, not just the table.");
 
@@ -139,7 +142,8 @@ struct Row {
   std::map<std::string, bool> family_fits;      // that best fits 99 KiB
   double spark = 0, lt = 0, pick = 0;
   std::string spark_name, lt_name, pick_name;
-  std::optional<SustainedResult> sustained;
+  // --sustained_kernels' entries with their results, in flag order.
+  std::vector<std::pair<std::string, SustainedResult>> sustained;
 };
 
 std::string Cell(double tflops, double lt) {
@@ -167,11 +171,16 @@ absl::Status Main() {
   sustained.seconds = absl::GetFlag(FLAGS_sustained_s);
   sustained.operand_sets = absl::GetFlag(FLAGS_operand_sets);
   if (sustained.seconds > 0) RETURN_IF_ERROR(CheckSustainedOptions(sustained));
-  const std::string sustained_kernel = absl::GetFlag(FLAGS_sustained_kernel);
-  if (sustained_kernel != "pick" && sustained_kernel != "spark" &&
-      sustained_kernel != "cublaslt") {
-    return absl::InvalidArgumentError(
-        "--sustained_kernel must be pick, spark or cublaslt");
+  const std::vector<std::string> sustained_kernels = absl::StrSplit(
+      absl::GetFlag(FLAGS_sustained_kernels), ',', absl::SkipEmpty());
+  for (const std::string& which : sustained_kernels) {
+    if (which != "pick" && which != "spark" && which != "cublaslt") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sustained_kernels: ", which, " is not pick, spark or cublaslt"));
+    }
+  }
+  if (sustained.seconds > 0 && sustained_kernels.empty()) {
+    return absl::InvalidArgumentError("--sustained_kernels is empty");
   }
   if (CudaDeviceCount() == 0) {
     return absl::UnavailableError("no CUDA device: nothing to benchmark");
@@ -257,19 +266,30 @@ absl::Status Main() {
         }
         (void)tuned;
         if (sustained.seconds > 0 && r + 1 == repeat) {
-          const CandidateTiming* other = sustained_kernel == "spark" ? spark
-                                         : sustained_kernel == "cublaslt"
-                                             ? lt
-                                             : nullptr;
-          if (sustained_kernel != "pick" && other == nullptr) {
-            return absl::FailedPreconditionError(absl::StrCat(
-                "no ", sustained_kernel, " candidate ran for ", row.shape));
+          std::vector<KernelChoice> choices;
+          for (const std::string& which : sustained_kernels) {
+            const CandidateTiming* other = which == "spark"      ? spark
+                                           : which == "cublaslt" ? lt
+                                                                 : nullptr;
+            if (which != "pick" && other == nullptr) {
+              return absl::FailedPreconditionError(
+                  absl::StrCat("no ", which, " candidate ran for ", row.shape));
+            }
+            choices.push_back(other ? other->choice : pick);
           }
-          const KernelChoice& choice = other ? other->choice : pick;
-          std::fprintf(stderr, "  sustained run of %s ...\n",
-                       choice.name.c_str());
-          ASSIGN_OR_RETURN(row.sustained,
-                           RunSustained(*selector, choice, p, sustained));
+          SustainedOptions options = sustained;
+          size_t started = 0;
+          options.on_kernel_start = [&](const KernelChoice& choice) {
+            std::fprintf(stderr, "  sustained run of %s: %s ...\n",
+                         sustained_kernels[started++].c_str(),
+                         choice.name.c_str());
+          };
+          ASSIGN_OR_RETURN(std::vector<SustainedResult> results,
+                           RunSustained(*selector, choices, p, options));
+          for (size_t i = 0; i < results.size(); ++i) {
+            row.sustained.emplace_back(sustained_kernels[i],
+                                       std::move(results[i]));
+          }
         }
 
         nlohmann::json entry;
@@ -280,17 +300,17 @@ absl::Status Main() {
         entry["cublaslt_best"] = {{"kernel", row.lt_name}, {"tflops", row.lt}};
         entry["spark_best"] = {{"kernel", row.spark_name},
                                {"tflops", row.spark}};
-        if (row.sustained.has_value()) {
-          entry["sustained"] = {
-              {"kernel", row.sustained->choice.name},
-              {"products", row.sustained->products},
-              {"operand_sets", sustained.operand_sets},
-              {"back_to_back_tflops", row.sustained->back_to_back_tflops},
-              {"event_after_each_tflops",
-               row.sustained->event_after_each_tflops},
-              {"plain_event_after_each_tflops",
-               row.sustained->plain_event_after_each_tflops},
-              {"streams_tflops", row.sustained->streams_tflops}};
+        for (const auto& [which, result] : row.sustained) {
+          entry["sustained"].push_back(
+              {{"which", which},
+               {"kernel", result.choice.name},
+               {"products", result.products},
+               {"operand_sets", sustained.operand_sets},
+               {"back_to_back_tflops", result.back_to_back_tflops},
+               {"event_after_each_tflops", result.event_after_each_tflops},
+               {"plain_event_after_each_tflops",
+                result.plain_event_after_each_tflops},
+               {"streams_tflops", result.streams_tflops}});
         }
         entry["candidates"] = nlohmann::json::array();
         for (const CandidateTiming& t : timings) {
@@ -355,28 +375,37 @@ absl::Status Main() {
   }
   if (sustained.seconds > 0) {
     std::printf(
-        "\nSustained: the %s back to back, %.1f s per column after as long "
-        "a warm-up, %d rotating A/C sets and one B. TFLOPS (ratio to back to "
-        "back; back to back: to the table's figure for that kernel)\n%-18s "
-        "%-3s %-22s %6s %13s %13s %13s %13s\n",
-        sustained_kernel.c_str(), sustained.seconds, sustained.operand_sets,
-        "shape", "ab", "kernel", "table", "back to back", "timing event",
+        "\nSustained: each kernel back to back, %.1f s per column after as "
+        "long a warm-up, %d rotating A/C sets and one B, the kernels one "
+        "after the other on the same operands. TFLOPS (ratio to back to "
+        "back; back to back: to the table's figure for that kernel, then "
+        "to cuBLASLt's back to back)\n%-18s %-3s %-8s %-22s %6s %13s %6s "
+        "%13s %13s %13s\n",
+        sustained.seconds, sustained.operand_sets, "shape", "ab", "which",
+        "kernel", "table", "back to back", "/ lt", "timing event",
         "plain event", "streams");
     for (const Row& row : rows) {
-      if (!row.sustained.has_value()) continue;
-      const SustainedResult& s = *row.sustained;
-      const double b2b = s.back_to_back_tflops;
-      const double table = sustained_kernel == "spark"      ? row.spark
-                           : sustained_kernel == "cublaslt" ? row.lt
-                                                            : row.pick;
-      std::printf(
-          "%-18s %-3s %-22s %6.0f %6.0f (%.2f) %6.0f (%.2f) %6.0f (%.2f) "
-          "%6.0f (%.2f)\n",
-          row.shape.c_str(), row.layout.c_str(), s.choice.name.c_str(), table,
-          b2b, b2b / table, s.event_after_each_tflops,
-          s.event_after_each_tflops / b2b, s.plain_event_after_each_tflops,
-          s.plain_event_after_each_tflops / b2b, s.streams_tflops,
-          s.streams_tflops / b2b);
+      double lt_b2b = 0;
+      for (const auto& [which, s] : row.sustained) {
+        if (which == "cublaslt") lt_b2b = s.back_to_back_tflops;
+      }
+      for (const auto& [which, s] : row.sustained) {
+        const double b2b = s.back_to_back_tflops;
+        const double table = which == "spark"      ? row.spark
+                             : which == "cublaslt" ? row.lt
+                                                   : row.pick;
+        const std::string vs_lt =
+            lt_b2b > 0 ? absl::StrFormat("%.2f", b2b / lt_b2b) : "-";
+        std::printf(
+            "%-18s %-3s %-8s %-22s %6.0f %6.0f (%.2f) %6s %6.0f (%.2f) "
+            "%6.0f (%.2f) %6.0f (%.2f)\n",
+            row.shape.c_str(), row.layout.c_str(), which.c_str(),
+            s.choice.name.c_str(), table, b2b, b2b / table, vs_lt.c_str(),
+            s.event_after_each_tflops, s.event_after_each_tflops / b2b,
+            s.plain_event_after_each_tflops,
+            s.plain_event_after_each_tflops / b2b, s.streams_tflops,
+            s.streams_tflops / b2b);
+      }
     }
     std::printf(
         "(timing / plain event: one recorded after each product; streams: "

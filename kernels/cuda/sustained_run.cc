@@ -35,34 +35,15 @@ absl::StatusOr<Operands> MakeOperands(const GemmProblem& p, int sets,
   return o;
 }
 
-}  // namespace
-
-absl::Status CheckSustainedOptions(const SustainedOptions& options) {
-  if (options.seconds <= 0 || options.operand_sets < 1 ||
-      options.operand_sets > 64) {
-    return absl::InvalidArgumentError(
-        "sustained run: need seconds > 0 and 1 <= operand_sets <= 64");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
-                                             const KernelChoice& choice,
-                                             const GemmProblem& problem,
-                                             const SustainedOptions& options) {
-  RETURN_IF_ERROR(CheckSustainedOptions(options));
+// One kernel's warm-up and phases over `products` (one per operand set),
+// on a stream of its own.
+absl::StatusOr<SustainedResult> RunOne(GemmSelector& selector,
+                                       const KernelChoice& choice,
+                                       const GemmProblem& problem,
+                                       const std::vector<GemmProblem>& products,
+                                       const SustainedOptions& options) {
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
-  ASSIGN_OR_RETURN(Operands operands,
-                   MakeOperands(problem, options.operand_sets, stream.get()));
   DeviceBuffer workspace;
-  std::vector<GemmProblem> products(options.operand_sets, problem);
-  for (int s = 0; s < options.operand_sets; ++s) {
-    products[s].a.data = operands.a[s].data();
-    products[s].b.data = operands.b.data();
-    products[s].c.data = operands.c[s].data();
-    products[s].a.pointers = products[s].b.pointers = nullptr;
-    products[s].c.pointers = nullptr;
-  }
   int64_t launched = 0;
   auto launch = [&]() -> absl::Status {
     const GemmProblem& p = products[launched++ % options.operand_sets];
@@ -155,6 +136,43 @@ absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
                    phase(Mode::kPlainEvent));
   ASSIGN_OR_RETURN(result.streams_tflops, phase(Mode::kStreams));
   return result;
+}
+
+}  // namespace
+
+absl::Status CheckSustainedOptions(const SustainedOptions& options) {
+  if (options.seconds <= 0 || options.operand_sets < 1 ||
+      options.operand_sets > 64) {
+    return absl::InvalidArgumentError(
+        "sustained run: need seconds > 0 and 1 <= operand_sets <= 64");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<SustainedResult>> RunSustained(
+    GemmSelector& selector, const std::vector<KernelChoice>& choices,
+    const GemmProblem& problem, const SustainedOptions& options) {
+  RETURN_IF_ERROR(CheckSustainedOptions(options));
+  ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
+  ASSIGN_OR_RETURN(Operands operands,
+                   MakeOperands(problem, options.operand_sets, stream.get()));
+  RETURN_IF_ERROR(stream.Synchronize());
+  std::vector<GemmProblem> products(options.operand_sets, problem);
+  for (int s = 0; s < options.operand_sets; ++s) {
+    products[s].a.data = operands.a[s].data();
+    products[s].b.data = operands.b.data();
+    products[s].c.data = operands.c[s].data();
+    products[s].a.pointers = products[s].b.pointers = nullptr;
+    products[s].c.pointers = nullptr;
+  }
+  std::vector<SustainedResult> results;
+  for (const KernelChoice& choice : choices) {
+    if (options.on_kernel_start) options.on_kernel_start(choice);
+    ASSIGN_OR_RETURN(SustainedResult result,
+                     RunOne(selector, choice, problem, products, options));
+    results.push_back(std::move(result));
+  }
+  return results;
 }
 
 }  // namespace matmul::cuda

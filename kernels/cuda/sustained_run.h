@@ -1,5 +1,5 @@
-// The selector's pick for one shape run back to back for seconds, the way a
-// busy daemon runs it: several clients' A and C (rotated, so they do not
+// A kernel for one shape run back to back for seconds, the way a busy
+// daemon runs it: several clients' A and C (rotated, so they do not
 // all sit in L2 as one benchmark buffer would) against one shared B, with
 // the GPU's clocks under sustained load. Short interleaved timings (what
 // tuning and matmul-bench's table use) let the GPU cool and keep reused
@@ -8,6 +8,9 @@
 // running the products on several streams at once gives.
 #ifndef MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
 #define MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
+
+#include <functional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/gemm_selector.h"
@@ -20,6 +23,8 @@ struct SustainedOptions {
   // Distinct A and C, like this many clients (and streams in the lanes
   // phase).
   int operand_sets = 4;
+  // Called as each kernel's warm-up starts (progress, clock logs).
+  std::function<void(const KernelChoice&)> on_kernel_start;
 };
 
 struct SustainedResult {
@@ -37,12 +42,13 @@ struct SustainedResult {
 // INVALID_ARGUMENT unless seconds > 0 and 1 <= operand_sets <= 64.
 absl::Status CheckSustainedOptions(const SustainedOptions& options);
 
-// Runs `choice` on `problem` (its pointers are ignored: private random data
-// is allocated) on a stream of its own.
-absl::StatusOr<SustainedResult> RunSustained(GemmSelector& selector,
-                                             const KernelChoice& choice,
-                                             const GemmProblem& problem,
-                                             const SustainedOptions& options);
+// Runs each of `choices` on `problem` in turn, all over the same operands
+// (private random data: the problem's pointers are ignored), each after a
+// warm-up of its own, on a stream of its own. One result per choice, in
+// order.
+absl::StatusOr<std::vector<SustainedResult>> RunSustained(
+    GemmSelector& selector, const std::vector<KernelChoice>& choices,
+    const GemmProblem& problem, const SustainedOptions& options);
 
 }  // namespace matmul::cuda
 

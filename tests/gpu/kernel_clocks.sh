@@ -4,9 +4,10 @@
 # the H200 runs at its power cap under sustained load, and the SM clock it
 # settles at depends on the kernel. Parts: the register-only mma.sync probe
 # (mma_bench --peak_only: FLOP per SM cycle and the clock it ran at), then
-# for each shape the best cuBLASLt candidate and the Spark path, each back
-# to back for SUSTAINED_S seconds (matmul-bench --sustained_kernel) with
-# nvidia-smi sampling the SM clock. kernel_clocks_table.py turns TFLOP/s and
+# for each shape the best cuBLASLt candidate and the Spark path, one after
+# the other in one process on the same operands, each back to back for
+# SUSTAINED_S seconds (matmul-bench --sustained_kernels) with nvidia-smi
+# sampling the SM clock. kernel_clocks_table.py turns TFLOP/s and
 # clock into FLOP per SM cycle and the fraction of each instruction's peak.
 # Then ncu on the best GB10 configs (NCU_CONFIGS; empty skips it).
 # Results under $OUT/kernel_clocks/. Run from the repo root with the bundle
@@ -29,23 +30,25 @@ trap 'kill "$clocks" 2>/dev/null' EXIT
 part peak
 bundle/mma_bench --peak_only >"$res/peak.txt" 2>&1 || rc=1
 cat "$res/peak.txt"
-# The clock that counts is the sustained run's: the part named after the
-# run starts when matmul-bench says so, after its tuning pass (bursts).
-mark_sustained() {  # mark_sustained PART: passes stdin through
+# The clock that counts is each kernel's sustained run: a part starts
+# when matmul-bench announces that run ("sustained run of WHICH: ..."),
+# after its tuning pass (bursts).
+mark_sustained() {  # mark_sustained SHAPE: passes stdin through
   while IFS= read -r line; do
-    [[ $line == *"sustained run"* ]] && part "$1"
+    if [[ $line =~ "sustained run of "([a-z]+): ]]; then
+      part "${1}_${BASH_REMATCH[1]}"
+    fi
     echo "$line"
   done
 }
 for shape in $SHAPES; do
-  for kernel in $KERNELS; do
-    part "${shape}_$kernel tuning"
-    bundle/matmul-bench --shapes="$shape" --layouts=NT \
-      --sustained_s="${SUSTAINED_S:-3}" --sustained_kernel="$kernel" \
-      --json="$res/${shape}_$kernel.json" 2>&1 |
-      mark_sustained "${shape}_$kernel" >"$res/${shape}_$kernel.txt"
-    [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-  done
+  part "$shape tuning"
+  bundle/matmul-bench --shapes="$shape" --layouts=NT \
+    --sustained_s="${SUSTAINED_S:-3}" \
+    --sustained_kernels="$(tr ' ' , <<<"$KERNELS")" \
+    --json="$res/$shape.json" 2>&1 |
+    mark_sustained "$shape" >"$res/$shape.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 done
 part end
 kill "$clocks" 2>/dev/null

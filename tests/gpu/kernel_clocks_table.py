@@ -1,5 +1,6 @@
-"""kernel_clocks.sh's table: per shape and kernel, sustained TFLOP/s, the
-median SM clock while the sustained run went (after the tuning pass), and FLOP per SM cycle as a fraction of the
+"""kernel_clocks.sh's table: per shape and kernel, sustained TFLOP/s (and
+its ratio to cuBLASLt's, same process and operands), the median SM clock
+while that kernel's sustained run went (after the tuning pass), and FLOP per SM cycle as a fraction of the
 instruction's peak: the mma.sync probe's (measured, mma_bench --peak_only)
 for the Spark path, wgmma's 4096 dense BF16 FLOP per SM cycle (NVIDIA's
 989.5 TFLOP/s = 132 SMs x 1830 MHz x 4096) for cuBLASLt.
@@ -30,24 +31,27 @@ def main(res):
     print(f"mma.sync probe (8 warps per SM): {probe.group(1)} TFLOP/s, "
           f"{mma_peak:.0f} FLOP per SM cycle at {probe.group(3)} MHz; wgmma: "
           f"{WGMMA_FLOP_PER_SM_CYCLE}; {sms} SMs")
-    print(f"{'shape':<18} {'kernel':<28} {'TFLOP/s':>8} {'MHz':>6} "
-          f"{'W':>5} {'FLOP/SM/cycle':>14} {'of its peak':>11}")
+    print(f"{'shape':<18} {'kernel':<28} {'TFLOP/s':>8} {'/ lt':>5} "
+          f"{'MHz':>6} {'W':>5} {'FLOP/SM/cycle':>14} {'of its peak':>11}")
     for path in sorted(glob.glob(os.path.join(res, "*.json"))):
-        part = os.path.basename(path)[:-len(".json")]
         entry = json.load(open(path))["runs"][-1][0]
-        sustained = entry.get("sustained")
-        if sustained is None or part not in clocks:
-            print(f"{part}: no sustained run or no clock samples")
-            continue
-        tflops = sustained["back_to_back_tflops"]
-        mhz, _, watts, _, _ = clocks[part]
-        per_cycle = tflops * 1e12 / (sms * mhz * 1e6)
-        peak = (WGMMA_FLOP_PER_SM_CYCLE
-                if sustained["kernel"].startswith("cublaslt") else mma_peak)
-        print(f"{entry['shape']:<18} {sustained['kernel']:<28} {tflops:8.0f} "
-              f"{mhz:6.0f} {watts:5.0f} {per_cycle:14.0f} "
-              f"{per_cycle / peak:11.2f}")
-
+        runs = entry.get("sustained", [])
+        lt = next((run["back_to_back_tflops"] for run in runs
+                   if run["which"] == "cublaslt"), 0)
+        for run in runs:
+            part = f"{entry['shape']}_{run['which']}"
+            if part not in clocks:
+                print(f"{part}: no clock samples")
+                continue
+            tflops = run["back_to_back_tflops"]
+            mhz, _, watts, _, _ = clocks[part]
+            per_cycle = tflops * 1e12 / (sms * mhz * 1e6)
+            peak = (WGMMA_FLOP_PER_SM_CYCLE
+                    if run["kernel"].startswith("cublaslt") else mma_peak)
+            vs_lt = f"{tflops / lt:5.2f}" if lt else "    -"
+            print(f"{entry['shape']:<18} {run['kernel']:<28} {tflops:8.0f} "
+                  f"{vs_lt} {mhz:6.0f} {watts:5.0f} {per_cycle:14.0f} "
+                  f"{per_cycle / peak:11.2f}")
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))

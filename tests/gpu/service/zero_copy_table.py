@@ -29,7 +29,8 @@ def main(res):
           "to back)")
     for shape, entry in standalone.items():
         table = entry["pick"]["tflops"]
-        sustained = entry.get("sustained", {})
+        sustained = next((run for run in entry.get("sustained", [])
+                          if run["which"] == "pick"), {})
         b2b = sustained.get("back_to_back_tflops", 0)
         print(f"{shape}: pick {entry['pick']['kernel']}: table {table:.0f}, "
               f"sustained back to back {b2b:.0f}, with an event after each "
