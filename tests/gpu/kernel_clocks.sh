@@ -20,38 +20,23 @@ mkdir -p "$res"
 SHAPES=${SHAPES:-5120x11008x2048 5120x2048x2048 5120x512x2048}
 KERNELS=${KERNELS:-cublaslt spark}
 rc=0
-part() { echo "$(date '+%Y/%m/%d %H:%M:%S.%3N') $1" >>"$res/parts.txt"; }
-
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
-  --format=csv,noheader -lms 100 >"$res/clocks.csv" 2>/dev/null &
-clocks=$!
-trap 'kill "$clocks" 2>/dev/null' EXIT
-: >"$res/parts.txt"
+source tests/gpu/clock_log.sh
+start_clock_log "$res" 100
 part peak
 bundle/mma_bench --peak_only >"$res/peak.txt" 2>&1 || rc=1
 cat "$res/peak.txt"
-# The clock that counts is each kernel's sustained run: a part starts
-# when matmul-bench announces that run ("sustained run of WHICH: ..."),
-# after its tuning pass (bursts).
-mark_sustained() {  # mark_sustained SHAPE: passes stdin through
-  while IFS= read -r line; do
-    if [[ $line =~ "sustained run of "([a-z]+): ]]; then
-      part "${1}_${BASH_REMATCH[1]}"
-    fi
-    echo "$line"
-  done
-}
+# The clock that counts is each kernel's sustained run, a part of its own
+# ("SHAPE WHICH") after the shape's tuning pass (bursts).
 for shape in $SHAPES; do
-  part "$shape tuning"
   bundle/matmul-bench --shapes="$shape" --layouts=NT \
     --sustained_s="${SUSTAINED_S:-3}" \
     --sustained_kernels="$(tr ' ' , <<<"$KERNELS")" \
     --json="$res/$shape.json" 2>&1 |
-    mark_sustained "$shape" >"$res/$shape.txt"
+    mark_bench_phases >"$res/$shape.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 done
 part end
-kill "$clocks" 2>/dev/null
+stop_clock_log
 python3 tests/gpu/kernel_clocks_table.py "$res" || rc=1
 
 # Where the Spark path's cycles go: ncu (clocks left alone) on the two best

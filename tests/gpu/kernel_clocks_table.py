@@ -39,7 +39,7 @@ def main(res):
         lt = next((run["back_to_back_tflops"] for run in runs
                    if run["which"] == "cublaslt"), 0)
         for run in runs:
-            part = f"{entry['shape']}_{run['which']}"
+            part = f"{entry['shape']} {run['which']}"
             if part not in clocks:
                 print(f"{part}: no clock samples")
                 continue

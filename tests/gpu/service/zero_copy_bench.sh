@@ -14,8 +14,9 @@
 # and C, the figure a service run at concurrency 4 compares with like for
 # like, and stores its picks in the tuning cache that the later parts'
 # daemons start on (they run the very kernels measured). The GPU's SM
-# clock and power are logged all along (clocks.csv, with the parts' start
-# times in parts.txt), and zero_copy_table.py prints the ratios at the end.
+# clock and power are logged all along (tests/gpu/clock_log.sh: each
+# shape's table timing and sustained run are parts of their own), and
+# zero_copy_table.py prints the ratios at the end.
 # Results (tables, JSON, the tuning cache) go to $OUT/zero_copy/. Run from
 # the repo root with the bundle unpacked. DAEMON_FLAGS adds matmul-server
 # flags to every part's daemon.
@@ -55,26 +56,8 @@ daemon() {
     ${DAEMON_FLAGS:-}
 }
 
-part() { echo "$(date '+%Y/%m/%d %H:%M:%S.%3N') $1" >>"$res/parts.txt"; }
-# matmul-bench's progress lines mark when each shape's table timing (short
-# interleaved bursts) and its sustained run start, so that the clock log
-# tells the two apart.
-mark_standalone_phases() {
-  local shape=
-  while IFS= read -r line; do
-    case $line in
-      "["*) shape=$(awk '{print $2}' <<<"$line"); part "table $shape" ;;
-      *"sustained run"*) part "sustained $shape" ;;
-    esac
-    echo "$line"
-  done
-}
-
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu \
-  --format=csv,noheader -lms 250 >"$res/clocks.csv" 2>/dev/null &
-clocks=$!
-trap 'kill "$clocks" 2>/dev/null' EXIT
-: >"$res/parts.txt"
+source tests/gpu/clock_log.sh
+start_clock_log "$res"
 for part in $PARTS; do
   part "$part"
   case $part in
@@ -83,7 +66,7 @@ for part in $PARTS; do
         --layouts=NT --repeat=1 --json="$res/standalone.json" \
         --sustained_s="${SUSTAINED_S:-3}" --operand_sets=4 \
         --tuning_cache="$res/tuning.json" \
-        2> >(mark_standalone_phases >"$res/standalone_progress.txt") \
+        2> >(mark_bench_phases >"$res/standalone_progress.txt") \
         >"$res/standalone.txt" || {
         rc=1
         sleep 1  # the progress filter may still be writing
