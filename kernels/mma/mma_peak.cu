@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/mma/internal/mma_kernel.cuh"
@@ -52,33 +53,37 @@ MmaPeak MeasureMmaPeak(int blocks_per_sm) {
   }
   const int iters = 4096;
   const int blocks = sms * blocks_per_sm;
-  float* out = nullptr;
-  long long* cycles = nullptr;
-  if (cudaMalloc(&out, 1024) != cudaSuccess) return peak;
-  if (cudaMalloc(&cycles, blocks * sizeof(long long)) != cudaSuccess) {
-    cudaFree(out);
+  // Owned device memory and events, released on every return.
+  auto free_device = [](void* p) { cudaFree(p); };
+  auto destroy_event = [](cudaEvent_t e) { cudaEventDestroy(e); };
+  float* out_raw = nullptr;
+  long long* cycles_raw = nullptr;
+  if (cudaMalloc(&out_raw, 1024) != cudaSuccess) return peak;
+  std::unique_ptr<float, decltype(free_device)> out(out_raw, free_device);
+  if (cudaMalloc(&cycles_raw, blocks * sizeof(long long)) != cudaSuccess) {
     return peak;
   }
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  PeakKernel<<<blocks, 256>>>(iters, out, cycles);  // warm-up, clocks up
-  PeakKernel<<<blocks, 256>>>(iters, out, cycles);
-  cudaEventRecord(start);
-  PeakKernel<<<blocks, 256>>>(iters, out, cycles);
-  cudaEventRecord(stop);
-  const bool ok = cudaEventSynchronize(stop) == cudaSuccess;
+  std::unique_ptr<long long, decltype(free_device)> cycles(cycles_raw,
+                                                           free_device);
+  cudaEvent_t start_raw = nullptr, stop_raw = nullptr;
+  if (cudaEventCreate(&start_raw) != cudaSuccess) return peak;
+  std::unique_ptr<CUevent_st, decltype(destroy_event)> start(start_raw,
+                                                             destroy_event);
+  if (cudaEventCreate(&stop_raw) != cudaSuccess) return peak;
+  std::unique_ptr<CUevent_st, decltype(destroy_event)> stop(stop_raw,
+                                                            destroy_event);
+  PeakKernel<<<blocks, 256>>>(iters, out.get(), cycles.get());  // warm-up
+  PeakKernel<<<blocks, 256>>>(iters, out.get(), cycles.get());
+  cudaEventRecord(start.get());
+  PeakKernel<<<blocks, 256>>>(iters, out.get(), cycles.get());
+  cudaEventRecord(stop.get());
+  if (cudaEventSynchronize(stop.get()) != cudaSuccess) return peak;
   float ms = 0;
-  cudaEventElapsedTime(&ms, start, stop);
+  cudaEventElapsedTime(&ms, start.get(), stop.get());
   std::vector<long long> host(blocks);
-  const bool copied =
-      cudaMemcpy(host.data(), cycles, blocks * sizeof(long long),
-                 cudaMemcpyDeviceToHost) == cudaSuccess;
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  cudaFree(out);
-  cudaFree(cycles);
-  if (!ok || !copied || cudaGetLastError() != cudaSuccess || ms <= 0) {
+  if (cudaMemcpy(host.data(), cycles.get(), blocks * sizeof(long long),
+                 cudaMemcpyDeviceToHost) != cudaSuccess ||
+      cudaGetLastError() != cudaSuccess || ms <= 0) {
     return peak;
   }
   const double block_flop = 2.0 * 16 * 8 * 16 * double(kChains) * iters * 8;
