@@ -11,6 +11,7 @@
 #include "kernels/mma/internal/configs.h"
 #include "kernels/mma/internal/launch.h"
 #include "kernels/mma/internal/params.h"
+#include "kernels/mma/internal/tensor_maps.h"
 
 namespace matmul::mma {
 namespace {
@@ -22,12 +23,55 @@ using internal::LaunchFn;
 // The grid's y dimension carries the batch.
 constexpr int64_t kMaxBatch = 65535;
 
-int ConfigIndex(const TileConfig& c) {
+// The compiled tiles, in the kernel tables' order.
+const TileConfig* KernelTiles() {
+  static constexpr TileConfig kTiles[kNumConfigs] = {
+#define MATMUL_MMA_TILE(bm, bn, bk, st, wm, wn, gm, mb) \
+  TileConfig{bm, bn, bk, st, wm, wn, gm},
+      MATMUL_MMA_CONFIGS(MATMUL_MMA_TILE)
+#undef MATMUL_MMA_TILE
+  };
+  return kTiles;
+}
+
+bool IsKnown(const TileConfig& c) {
   const auto& all = AllConfigs();
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i] == c) return static_cast<int>(i);
+  return std::find(all.begin(), all.end(), c) != all.end();
+}
+
+// Index of c's tile into the kernel tables (MATMUL_MMA_CONFIGS order),
+// or -1.
+int KernelIndex(const TileConfig& c) {
+  TileConfig plain = c;
+  plain.tma = false;
+  const TileConfig* tiles = KernelTiles();
+  for (int i = 0; i < kNumConfigs; ++i) {
+    if (tiles[i] == plain) return i;
   }
   return -1;
+}
+
+bool HasTmaKernel(int kernel_index) {
+  return internal::kTmaNN[kernel_index].launch != nullptr &&
+         internal::kTmaNT[kernel_index].launch != nullptr &&
+         internal::kTmaTN[kernel_index].launch != nullptr &&
+         internal::kTmaTT[kernel_index].launch != nullptr;
+}
+
+// Compute capability major of `device` (cached), or 0 when unreadable.
+int ComputeMajor(int device) {
+  static std::array<std::atomic<int>, 64> cache{};
+  if (device >= 0 && device < 64) {
+    if (int v = cache[device].load(std::memory_order_relaxed); v > 0) return v;
+  }
+  int value = 0;
+  if (cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (device >= 0 && device < 64) cache[device].store(value);
+  return value;
 }
 
 // 'N' (unit column stride), 'T' (unit row stride) or 0 for anything else.
@@ -75,26 +119,34 @@ absl::Status CheckOperand(const char* name, const InputMatrix& x,
 
 std::string TileConfig::Name() const {
   return absl::StrCat("mma_", block_m, "x", block_n, "x", block_k, "_s", stages,
-                      "_w", warps_m, "x", warps_n);
+                      "_w", warps_m, "x", warps_n, tma ? "_tma" : "");
 }
 
 int TileConfig::SharedBytes() const {
-  return (block_m + block_n) * block_k * 2 * stages;
+  const int stages_bytes = (block_m + block_n) * block_k * 2 * stages;
+  return tma ? stages_bytes + 1024 + 16 * stages : stages_bytes;
 }
 
 const std::vector<TileConfig>& AllConfigs() {
-  static const std::vector<TileConfig> configs = {
-#define MATMUL_MMA_TILE(bm, bn, bk, st, wm, wn, gm, mb) \
-  TileConfig{bm, bn, bk, st, wm, wn, gm},
-      MATMUL_MMA_CONFIGS(MATMUL_MMA_TILE)
-#undef MATMUL_MMA_TILE
-  };
+  static const std::vector<TileConfig> configs = [] {
+    std::vector<TileConfig> list;
+    const TileConfig* tiles = KernelTiles();
+    for (int i = 0; i < kNumConfigs; ++i) {
+      list.push_back(tiles[i]);
+      if (HasTmaKernel(i)) {
+        TileConfig tma = tiles[i];
+        tma.tma = true;
+        list.push_back(tma);
+      }
+    }
+    return list;
+  }();
   return configs;
 }
 
 absl::Status CanImplement(const GemmProblem& p, const TileConfig& c,
                           int max_shared_bytes) {
-  if (ConfigIndex(c) < 0) {
+  if (!IsKnown(c)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown tile config ", c.Name()));
   }
@@ -152,6 +204,61 @@ int MaxSharedBytesOptin(int device) {
   return value;
 }
 
+bool TakesTmaPath(const GemmProblem& p, const TileConfig& c, int device) {
+  if (!c.tma || p.batch != 1 || p.a.pointers != nullptr ||
+      p.b.pointers != nullptr || p.c.pointers != nullptr) {
+    return false;
+  }
+  const char la = Layout(p.a.strides);
+  const char lb = Layout(p.b.strides);
+  if (la == 0 || lb == 0 || LeadingDim(p.a.strides, la) % 8 != 0 ||
+      LeadingDim(p.b.strides, lb) % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(p.a.data) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0) {
+    return false;
+  }
+  const int index = KernelIndex(c);
+  return index >= 0 && HasTmaKernel(index) && ComputeMajor(device) >= 9 &&
+         internal::HaveTensorMapEncoder();
+}
+
+namespace {
+
+// The copy-engine launch of a single product: both operands' maps, one
+// block per tile.
+absl::Status RunTma(const GemmProblem& p, const TileConfig& c, KernelParams& k,
+                    cudaStream_t stream) {
+  const char la = Layout(p.a.strides);
+  const char lb = Layout(p.b.strides);
+  // A "N" is stored as m rows of k; "T" as k rows of m. B "T" is stored as
+  // n rows of k; "N" as k rows of n. Boxes cover a block's rows of a
+  // K-major operand and block_k rows of an MN-major one.
+  absl::Status s = la == 'N'
+                       ? internal::EncodeOperandMap(&k.tma_a, p.a.data, p.k,
+                                                    p.m, k.lda, c.block_m)
+                       : internal::EncodeOperandMap(&k.tma_a, p.a.data, p.m,
+                                                    p.k, k.lda, c.block_k);
+  if (!s.ok()) return s;
+  s = lb == 'T' ? internal::EncodeOperandMap(&k.tma_b, p.b.data, p.k, p.n,
+                                             k.ldb, c.block_n)
+                : internal::EncodeOperandMap(&k.tma_b, p.b.data, p.n, p.k,
+                                             k.ldb, c.block_k);
+  if (!s.ok()) return s;
+  const internal::TmaLaunch* table =
+      la == 'N' ? (lb == 'N' ? internal::kTmaNN : internal::kTmaNT)
+                : (lb == 'N' ? internal::kTmaTN : internal::kTmaTT);
+  const dim3 grid(k.tiles_m * k.tiles_n, 1);
+  if (cudaError_t err = table[KernelIndex(c)].launch(k, grid, stream);
+      err != cudaSuccess) {
+    return absl::InternalError(absl::StrCat("launch of ", c.Name(), " for ",
+                                            ShapeName(p), ": ",
+                                            cudaGetErrorString(err)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
                  void* /*workspace*/) {
   int device = 0;
@@ -192,6 +299,8 @@ absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
   k.ld_aligned = k.lda % 8 == 0 && k.ldb % 8 == 0 && k.a_batch % 8 == 0 &&
                  k.b_batch % 8 == 0;
 
+  if (TakesTmaPath(p, c, device)) return RunTma(p, c, k, stream);
+
   const bool a_n = la == 'N';
   const bool b_n = lb == 'N';
   const LaunchFn* table =
@@ -221,7 +330,7 @@ absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
   // The fast kernel, unless the host can already see that no batch entry is
   // aligned.
   if (k.ld_aligned && bases_aligned) {
-    const LaunchFn fast = table[ConfigIndex(c)];
+    const LaunchFn fast = table[KernelIndex(c)];
     const dim3 grid(k.tiles_m * k.tiles_n, batch);
     if (cudaError_t err = fast(k, grid, stream); err != cudaSuccess) {
       return launch_error(c.Name().c_str(), err);

@@ -22,6 +22,9 @@
 // 16-byte aligned. Otherwise the same kernel loads through predicated 2-byte
 // loads (correct, slower). The choice is made per block on the device, so
 // misaligned entries of a pointer array are handled too.
+// TMA configs (TileConfig::tma) load single products (batch 1, aligned as
+// above) through the copy engine on sm_90 and later (the GB10 included)
+// and run the cp.async kernel for everything else; see TakesTmaPath.
 #ifndef MATMUL_KERNELS_MMA_MMA_GEMM_H_
 #define MATMUL_KERNELS_MMA_MMA_GEMM_H_
 
@@ -49,18 +52,24 @@ struct TileConfig {
   int warps_m = 0;
   int warps_n = 0;
   int group_m = 8;
+  // Load single products through the copy engine (TMA) where possible:
+  // one thread issues each k-tile, and the warps synchronise through
+  // per-stage barriers instead of a block-wide barrier per k-tile.
+  bool tma = false;
 
-  // e.g. "mma_128x256x32_s4_w2x4".
+  // e.g. "mma_128x256x32_s4_w2x4", "mma_128x128x64_s3_w2x2_tma".
   std::string Name() const;
   // Dynamic shared memory the kernel needs:
-  // (block_m + block_n) * block_k * 2 bytes * stages.
+  // (block_m + block_n) * block_k * 2 bytes * stages, plus for TMA configs
+  // 1024 bytes of alignment slack and 16 bytes of barriers per stage.
   int SharedBytes() const;
   int Threads() const { return 32 * warps_m * warps_n; }
 
   friend bool operator==(const TileConfig&, const TileConfig&) = default;
 };
 
-// Every instantiated config, largest tiles first. Stable order.
+// Every instantiated config, largest tiles first, each TMA config right
+// after the same tile's cp.async one. Stable order.
 const std::vector<TileConfig>& AllConfigs();
 
 // Checks, before any GPU work, whether config `c` can run `p` on a device
@@ -81,6 +90,12 @@ size_t WorkspaceBytes(const GemmProblem& p, const TileConfig& c);
 // execution surface at the next synchronisation.
 absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
                  void* workspace = nullptr);
+
+// Whether Run(p, c) on `device` uses the copy-engine kernel: c.tma, a
+// device of compute capability 9.0 or later whose driver can encode tensor
+// maps, batch 1 without pointer arrays, 16-byte aligned A and B bases and
+// leading dimensions that are multiples of 8 elements.
+bool TakesTmaPath(const GemmProblem& p, const TileConfig& c, int device);
 
 // cudaDevAttrMaxSharedMemoryPerBlockOptin of `device` (cached), or 0 when
 // the attribute cannot be read.

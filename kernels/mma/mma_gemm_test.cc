@@ -162,6 +162,7 @@ void FillRandom(std::mt19937_64& rng, std::vector<uint16_t>& v) {
 struct RunResult {
   double error = 0.0;
   double cublas_error = 0.0;
+  bool tma = false;  // ran the copy-engine kernel
 };
 
 // Runs `c` with `config` (and cuBLAS on a copy), checks all invariants with
@@ -285,6 +286,9 @@ RunResult RunCase(std::mt19937_64& rng, const Case& tc,
     p.b.data = pb[0];
     p.c.data = pc[0];
   }
+  int device = 0;
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  result.tma = TakesTmaPath(p, config, device);
   const absl::Status status = Run(p, config, nullptr);
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -387,6 +391,9 @@ class MmaConfigTest : public ::testing::TestWithParam<size_t> {
     int device = 0;
     ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
     device_shared_ = MaxSharedBytesOptin(device);
+    ASSERT_EQ(cudaDeviceGetAttribute(&compute_major_,
+                                     cudaDevAttrComputeCapabilityMajor, device),
+              cudaSuccess);
   }
 
   // Runs `cases` random cases (cycling through the four layouts) and
@@ -394,9 +401,11 @@ class MmaConfigTest : public ::testing::TestWithParam<size_t> {
   void RunCases(int cases, uint64_t seed) {
     std::mt19937_64 rng(seed);
     double worst = 0.0, worst_ratio = 0.0;
+    int tma_cases = 0;
     for (int i = 0; i < cases; ++i) {
       const Case tc = DrawCase(rng, i);
       const RunResult r = RunCase(rng, tc, config_, cublas_.get());
+      tma_cases += r.tma;
       worst = std::max(worst, r.error);
       if (r.cublas_error > 0) {
         worst_ratio = std::max(worst_ratio, r.error / r.cublas_error);
@@ -404,14 +413,22 @@ class MmaConfigTest : public ::testing::TestWithParam<size_t> {
       if (HasFailure()) return;
     }
     std::printf(
-        "  %s: %d cases, worst rel error %.3g, worst ratio to cuBLAS "
-        "%.3g\n",
-        config_.Name().c_str(), cases, worst, worst_ratio);
+        "  %s: %d cases (%d through the copy engine), worst rel error %.3g, "
+        "worst ratio to cuBLAS %.3g\n",
+        config_.Name().c_str(), cases, tma_cases, worst, worst_ratio);
+    // A TMA config must take its own path where the device has one (about
+    // 2 in 5 cases are single aligned products), and no other may.
+    if (config_.tma && compute_major_ >= 9) {
+      EXPECT_GT(tma_cases, 0) << "the copy-engine kernel never ran";
+    } else {
+      EXPECT_EQ(tma_cases, 0);
+    }
   }
 
   CublasHandle cublas_;
   TileConfig config_;
   int device_shared_ = 0;
+  int compute_major_ = 0;
 };
 
 TEST_P(MmaConfigTest, RandomCasesMatchReferenceAndCublas) {
@@ -506,6 +523,24 @@ TEST(MmaConfigs, NamesAndSharedBytes) {
   const TileConfig c{128, 256, 32, 4, 2, 4, 8};
   EXPECT_EQ(c.Name(), "mma_128x256x32_s4_w2x4");
   EXPECT_EQ(c.SharedBytes(), 98304);
+  const TileConfig t{128, 128, 64, 3, 2, 2, 8, true};
+  EXPECT_EQ(t.Name(), "mma_128x128x64_s3_w2x2_tma");
+  EXPECT_EQ(t.SharedBytes(), 98304 + 1024 + 48);
+  // Each TMA config follows its cp.async twin; the 96x64-warp tiles and
+  // block_k 32 have none.
+  int tma = 0;
+  const auto& all = AllConfigs();
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (!all[i].tma) continue;
+    ++tma;
+    ASSERT_GT(i, 0u);
+    TileConfig twin = all[i];
+    twin.tma = false;
+    EXPECT_EQ(all[i - 1], twin) << all[i].Name();
+    EXPECT_EQ(all[i].block_k % 64, 0) << all[i].Name();
+    EXPECT_NE(all[i].block_m, 192) << all[i].Name();
+  }
+  EXPECT_EQ(tma, 8);
   int fit = 0;
   for (const TileConfig& x : AllConfigs())
     fit += x.SharedBytes() <= kSparkSharedBytes;

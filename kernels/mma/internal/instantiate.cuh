@@ -1,5 +1,6 @@
 // Included once per operand layout by mma_kernels_{nn,nt,tn,tt}.cu, each of
-// which defines MATMUL_MMA_TABLE, MATMUL_MMA_A and MATMUL_MMA_B first.
+// which defines MATMUL_MMA_TABLE, MATMUL_MMA_FALLBACK, MATMUL_MMA_TMA_TABLE,
+// MATMUL_MMA_A and MATMUL_MMA_B first.
 #include <atomic>
 #include <cstdint>
 
@@ -9,10 +10,12 @@
 namespace matmul::mma::internal {
 namespace {
 
-template <class S, Major kA, Major kB, bool kVec>
-cudaError_t Launch(const KernelParams& p, dim3 grid, cudaStream_t stream) {
-  auto* kernel = &GemmKernel<S, kA, kB, kVec>;
-  if constexpr (S::kSharedBytes > 48 * 1024) {
+// Launches kKernel with kBytes of dynamic shared memory. The kernel is a
+// template argument so that each kernel has its own `raised` set.
+template <auto kKernel, int kBytes>
+cudaError_t LaunchWith(const KernelParams& p, dim3 grid, int threads,
+                       cudaStream_t stream) {
+  if constexpr (kBytes > 48 * 1024) {
     // The opt-in above 48 KiB is per function and per device; remember which
     // devices have it (bit d) so the hot path skips the driver call.
     static std::atomic<uint64_t> raised{0};
@@ -22,13 +25,35 @@ cudaError_t Launch(const KernelParams& p, dim3 grid, cudaStream_t stream) {
     const uint64_t bit = device < 64 ? (uint64_t{1} << device) : 0;
     if (bit == 0 || (raised.load(std::memory_order_relaxed) & bit) == 0) {
       err = cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSharedBytes);
+          kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes);
       if (err != cudaSuccess) return err;
       raised.fetch_or(bit, std::memory_order_relaxed);
     }
   }
-  kernel<<<grid, S::kThreads, S::kSharedBytes, stream>>>(p);
+  kKernel<<<grid, threads, kBytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <class S, Major kA, Major kB, bool kVec>
+cudaError_t Launch(const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  return LaunchWith<&GemmKernel<S, kA, kB, kVec>, S::kSharedBytes>(
+      p, grid, S::kThreads, stream);
+}
+
+template <class S, Major kA, Major kB>
+cudaError_t LaunchTma(const KernelParams& p, dim3 grid, cudaStream_t stream) {
+  return LaunchWith<&GemmKernelTma<S, kA, kB>, kTmaSharedBytes<S>>(
+      p, grid, S::kThreads, stream);
+}
+
+// The TMA entry of config S, or null where it has none.
+template <class S, Major kA, Major kB>
+constexpr TmaLaunch TmaEntry() {
+  if constexpr (kHasTmaKernel<S, kA, kB>) {
+    return {&LaunchTma<S, kA, kB>, kTmaSharedBytes<S>};
+  } else {
+    return {nullptr, 0};
+  }
 }
 
 }  // namespace
@@ -39,6 +64,14 @@ cudaError_t Launch(const KernelParams& p, dim3 grid, cudaStream_t stream) {
 
 const LaunchFn MATMUL_MMA_TABLE[kNumConfigs] = {
     MATMUL_MMA_CONFIGS(MATMUL_MMA_ENTRY)};
+
+#define MATMUL_MMA_TMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb)               \
+  TmaEntry<TileShape<bm, bn, bk, st, wm, wn, gm, mb>, Major::MATMUL_MMA_A, \
+           Major::MATMUL_MMA_B>(),
+
+const TmaLaunch MATMUL_MMA_TMA_TABLE[kNumConfigs] = {
+    MATMUL_MMA_CONFIGS(MATMUL_MMA_TMA_ENTRY)};
+#undef MATMUL_MMA_TMA_ENTRY
 
 const LaunchFn MATMUL_MMA_FALLBACK =
     &Launch<FallbackShape, Major::MATMUL_MMA_A, Major::MATMUL_MMA_B, false>;

@@ -131,21 +131,82 @@ __device__ __forceinline__ void MmaBf16(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// Copy engine (TMA) and mbarriers, sm_90 and later (the GB10 has both).
+// Callers compile them only for __CUDA_ARCH__ >= 900.
+__device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+               "r"(count)
+               : "memory");
+}
+// Makes the initialised barriers visible to the copy engine.
+__device__ __forceinline__ void FenceMbarInit() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also announces `bytes` of copies completing on `bar`.
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar,
+                                                   uint32_t bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+      "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar)
+               : "memory");
+}
+// Spins until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// One box of a 2-D tensor map at element coordinates (c0 innermost, c1)
+// into shared memory at dst; completes on `bar`. Out-of-range elements
+// arrive as zeros.
+__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const void* map, int c0,
+                                          int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+      "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
 // ------------------------------------------------------ shared layout ----
 
 // One operand's tile of one stage: kRows rows of kRowBytes bytes.
-template <Major kMajor, int kMN, int kBK>
+// kPanels (the TMA kernel): rows of more than 128 bytes are stored as
+// panels of 64 contiguous elements, each panel kRows lines of 128 bytes,
+// which is what one copy-engine box with 128-byte swizzle writes (its
+// swizzle is this XOR of the chunk by row % 8, on 1024-byte aligned panels).
+template <Major kMajor, int kMN, int kBK, bool kPanels = false>
 struct SmemTile {
   static constexpr int kRows = kMajor == Major::kK ? kMN : kBK;
   static constexpr int kRowBytes = (kMajor == Major::kK ? kBK : kMN) * 2;
   static constexpr int kChunksPerRow = kRowBytes / 16;
   static_assert(kRowBytes == 64 || kRowBytes % 128 == 0, "row size");
+  static_assert(!kPanels || kRowBytes % 128 == 0, "panels of 128 bytes");
+  static constexpr int kPanelBytes = kRows * 128;
+  // Bytes from one row to the next.
+  static constexpr int kRowPitch = kPanels ? 128 : kRowBytes;
 
   // Byte offset of 16-byte chunk `chunk` of row `row`. Rows of >= 128 bytes
   // permute the chunks of each 128-byte line by row % 8; 64-byte rows pair
   // up into one 128-byte line permuted by (row / 2) % 8.
   __device__ __forceinline__ static uint32_t Offset(int row, int chunk) {
-    if constexpr (kRowBytes >= 128) {
+    if constexpr (kPanels) {
+      return (chunk >> 3) * kPanelBytes + row * 128 +
+             (((chunk ^ row) & 7) << 4);
+    } else if constexpr (kRowBytes >= 128) {
       return row * kRowBytes + (((chunk & ~7) | ((chunk ^ row) & 7)) << 4);
     } else {
       const int g = row * 4 + chunk;
@@ -309,10 +370,11 @@ struct TileLoader {
 
 // ---------------------------------------------------------- the kernel ----
 
-template <class S, Major kA, Major kB>
+// kPanels: shared memory in the TMA kernel's panel layout (SmemTile).
+template <class S, Major kA, Major kB, bool kPanels = false>
 struct Gemm {
-  using TileA = SmemTile<kA, S::kBM, S::kBK>;
-  using TileB = SmemTile<kB, S::kBN, S::kBK>;
+  using TileA = SmemTile<kA, S::kBM, S::kBK, kPanels>;
+  using TileB = SmemTile<kB, S::kBN, S::kBK, kPanels>;
 
   // Fragments of one k16 step: A as m16k16 blocks, B as pairs of n8k16.
   struct Frags {
@@ -355,6 +417,7 @@ struct Gemm {
     // warp origins on 64-element lines) or add-then-XOR with a second
     // register holding the row key (96-element warp tiles along MN).
     static constexpr bool kCompact = S::kInPlaceFrags;
+    static_assert(!kCompact || !kPanels, "compact offsets assume row lines");
     static constexpr bool kXorOnly =
         kMajor == Major::kK ? S::kKSteps <= 4 : kWarpMN % 64 == 0;
     static_assert(!kCompact || Tile::kRowBytes >= 128 ||
@@ -394,9 +457,9 @@ struct Gemm {
       } else if constexpr (kCompact) {
         return Flip(off[0], frag) + kk * 16 * Tile::kRowBytes;
       } else if constexpr (kMajor == Major::kK) {
-        return off[kk] + frag * 16 * Tile::kRowBytes;
+        return off[kk] + frag * 16 * Tile::kRowPitch;
       } else {
-        return off[frag] + kk * 16 * Tile::kRowBytes;
+        return off[frag] + kk * 16 * Tile::kRowPitch;
       }
     }
   };
@@ -553,6 +616,126 @@ struct Gemm {
       }
     }
     CpAsyncWait<0>();
+  }
+
+  // ------------------------------------------------ TMA pipeline ----
+  // The TMA kernel's main loop (kPanels layout): one thread issues each
+  // k-tile as copy-engine boxes that complete on the stage's `full`
+  // barrier; each warp waits for that barrier alone and, once its MMAs
+  // have consumed the stage's last fragments, arrives on the stage's
+  // `empty` barrier, which the issuing thread waits for before it reuses
+  // the stage. No block-wide barrier, no per-thread copies or predicates:
+  // the copy engine zero-fills tails. Fragments as in PairLoop.
+  static constexpr int kWarps = S::kWM * S::kWN;
+  // Barriers follow the stages: full[s] at 8 s, empty[s] at 8 (kStages + s).
+  static constexpr int kTmaBarrierBytes = 16 * S::kStages;
+
+  // The boxes of k-tile `tile` into the stage at dst_a / dst_b: one per 64
+  // contiguous elements of each operand's rows (SmemTile panels).
+  __device__ __forceinline__ static void IssueTile(const KernelParams& p,
+                                                   int tile, int m0, int n0,
+                                                   uint32_t dst_a,
+                                                   uint32_t dst_b,
+                                                   uint32_t full) {
+    MbarArriveExpectTx(full, S::kStageBytesA + S::kStageBytesB);
+    const int k0 = tile * S::kBK;
+#pragma unroll
+    for (int q = 0; q < TileA::kRowBytes / 128; ++q) {
+      if constexpr (kA == Major::kK) {
+        TmaLoad2d(dst_a + q * TileA::kPanelBytes, &p.tma_a, k0 + 64 * q, m0,
+                  full);
+      } else {
+        TmaLoad2d(dst_a + q * TileA::kPanelBytes, &p.tma_a, m0 + 64 * q, k0,
+                  full);
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < TileB::kRowBytes / 128; ++q) {
+      if constexpr (kB == Major::kK) {
+        TmaLoad2d(dst_b + q * TileB::kPanelBytes, &p.tma_b, k0 + 64 * q, n0,
+                  full);
+      } else {
+        TmaLoad2d(dst_b + q * TileB::kPanelBytes, &p.tma_b, n0 + 64 * q, k0,
+                  full);
+      }
+    }
+  }
+
+  // smem: 1024-byte aligned (the copy engine's 128-byte swizzle repeats
+  // every 1024 bytes).
+  __device__ __forceinline__ static void TmaLoop(
+      float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, int m0, int n0,
+      uint32_t smem) {
+    static_assert(!S::kInPlaceFrags, "the TMA loop uses two fragment sets");
+    const int tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const uint32_t smem_b = smem + S::kStages * S::kStageBytesA;
+    const uint32_t full0 = smem_b + S::kStages * S::kStageBytesB;
+    const uint32_t empty0 = full0 + 8 * S::kStages;
+    const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
+    if (tid == 0) {
+#pragma unroll
+      for (int s = 0; s < S::kStages; ++s) {
+        MbarInit(full0 + 8 * s, 1);
+        MbarInit(empty0 + 8 * s, kWarps);
+      }
+      FenceMbarInit();
+    }
+    __syncthreads();
+    if (tid == 0) {
+#pragma unroll
+      for (int s = 0; s < S::kStages - 1; ++s) {
+        if (s < k_tiles) {
+          IssueTile(p, s, m0, n0, smem + s * S::kStageBytesA,
+                    smem_b + s * S::kStageBytesB, full0 + 8 * s);
+        }
+      }
+    }
+    const OffsetsA oa((warp / S::kWN) * S::kWTM, lane);
+    const OffsetsB ob((warp % S::kWN) * S::kWTN, lane);
+    // The next tile's loads go out one step into the current one when the
+    // ring has room for it (3+ stages), so the issuing thread rarely waits
+    // for a warp still reading the stage it refills.
+    constexpr int kIssueStep = S::kStages > 2 ? 1 : 0;
+    Frags frags[2];
+    int read = 0;
+    MbarWait(full0, 0);
+    LoadFrags(frags[0], smem, smem_b, oa, ob, 0);
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int done = read;
+#pragma unroll
+      for (int kk = 0; kk < S::kKSteps; ++kk) {
+        if (kk == S::kKSteps - 1) {
+          read = (read + 1 == S::kStages) ? 0 : read + 1;
+          // k-tile kt + 1 is the ((kt + 1) / kStages)-th fill of its stage.
+          if (kt + 1 < k_tiles) {
+            MbarWait(full0 + 8 * read, ((kt + 1) / S::kStages) & 1);
+          }
+        }
+        const int next = (kk + 1) % S::kKSteps;
+        LoadFrags(frags[(kk + 1) % 2], smem + read * S::kStageBytesA,
+                  smem_b + read * S::kStageBytesB, oa, ob, next);
+        if (kk == kIssueStep && tid == 0) {
+          // k-tile t refills the stage that k-tile t - kStages used; wait
+          // until every warp has released it.
+          const int t = kt + S::kStages - 1;
+          if (t < k_tiles) {
+            const int w = t % S::kStages;
+            if (t >= S::kStages) {
+              MbarWait(empty0 + 8 * w, ((t / S::kStages) & 1) ^ 1);
+            }
+            IssueTile(p, t, m0, n0, smem + w * S::kStageBytesA,
+                      smem_b + w * S::kStageBytesB, full0 + 8 * w);
+          }
+        }
+        Mmas(acc, frags[kk % 2]);
+      }
+      // The MMAs above needed this stage's last fragments in registers, so
+      // the warp has finished reading it.
+      __syncwarp();
+      if (lane == 0) MbarArrive(empty0 + 8 * done);
+    }
   }
 
   // Main loop of the large warp tiles (96x64: 192 accumulators), which
@@ -726,10 +909,12 @@ __device__ __forceinline__ void* EntryC(const KernelParams& p, int batch) {
              : static_cast<char*>(p.c) + batch * p.c_batch * (p.c_fp32 ? 4 : 2);
 }
 
-template <class S, Major kA, Major kB, bool kVec>
+// kTma: the copy-engine main loop (GemmKernelTma), else cp.async (kVec) or
+// 2-byte loads.
+template <class S, Major kA, Major kB, bool kVec, bool kTma = false>
 __device__ __forceinline__ void GemmTile(const KernelParams& p, int pid,
                                          uint32_t smem) {
-  using G = Gemm<S, kA, kB>;
+  using G = Gemm<S, kA, kB, kTma>;
   float acc[S::kMI][S::kNJ][4];
 #pragma unroll
   for (int i = 0; i < S::kMI; ++i)
@@ -740,8 +925,12 @@ __device__ __forceinline__ void GemmTile(const KernelParams& p, int pid,
   {
     int m0, n0;
     TileOrigin<S>(p, pid, m0, n0);
-    G::template MainLoop<kVec>(acc, p, EntryA(p, blockIdx.y),
-                               EntryB(p, blockIdx.y), m0, n0, smem);
+    if constexpr (kTma) {
+      G::TmaLoop(acc, p, m0, n0, smem);
+    } else {
+      G::template MainLoop<kVec>(acc, p, EntryA(p, blockIdx.y),
+                                 EntryB(p, blockIdx.y), m0, n0, smem);
+    }
   }
   // Recomputed rather than kept live through the main loop: registers are
   // what limits these tiles.
@@ -782,6 +971,33 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
       __syncthreads();  // the next tile reuses shared memory
     }
   }
+}
+
+// Whether config S has a TMA kernel: the two-fragment-set main loop and
+// rows of whole 128-byte panels (block_k 64 or 128; block_m and block_n
+// multiples of 64 for MN-major operands).
+template <class S, Major kA, Major kB>
+constexpr bool kHasTmaKernel = !S::kInPlaceFrags && S::kBK % 64 == 0 &&
+                               (kA == Major::kK || S::kBM % 64 == 0) &&
+                               (kB == Major::kK || S::kBN % 64 == 0);
+
+// Dynamic shared memory of the TMA kernel: the stages, up to 1023 bytes to
+// align them to 1024, and the barriers.
+template <class S>
+constexpr int kTmaSharedBytes = S::kSharedBytes + 1024 + 16 * S::kStages;
+
+// The copy-engine kernel (sm_90 and later; the host launches it only
+// there): one block per tile of a single product whose A and B have
+// tensor maps in p (batch 1, 16-byte aligned bases and leading
+// dimensions).
+template <class S, Major kA, Major kB>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    GemmKernelTma(const __grid_constant__ KernelParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) uint8_t smem[];
+  const uint32_t base = (SmemAddress(smem) + 1023) & ~1023u;
+  GemmTile<S, kA, kB, true, true>(p, blockIdx.x, base);
+#endif
 }
 
 }  // namespace matmul::mma::internal

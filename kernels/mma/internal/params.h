@@ -2,6 +2,8 @@
 #ifndef MATMUL_KERNELS_MMA_INTERNAL_PARAMS_H_
 #define MATMUL_KERNELS_MMA_INTERNAL_PARAMS_H_
 
+#include <cuda.h>  // CUtensorMap (a plain struct; no driver library needed)
+
 #include <cstdint>
 
 namespace matmul::mma::internal {
@@ -35,6 +37,10 @@ struct KernelParams {
   // Host-side part of the fast-path test: lda and ldb are multiples of 8.
   // Base alignment is checked per block on the device.
   int ld_aligned;
+  // Copy-engine descriptors of A and B (128-byte swizzle, boxes of 64
+  // contiguous elements), set only for the TMA kernel (GemmKernelTma).
+  CUtensorMap tma_a;
+  CUtensorMap tma_b;
 };
 
 }  // namespace matmul::mma::internal

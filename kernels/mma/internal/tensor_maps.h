@@ -1,0 +1,28 @@
+// Host side of the TMA kernel: the copy engine's descriptors (tensor maps)
+// of one operand, encoded through the driver's cuTensorMapEncodeTiled,
+// which the runtime hands out (cudaGetDriverEntryPointByVersion), so that
+// nothing links libcuda directly.
+#ifndef MATMUL_KERNELS_MMA_INTERNAL_TENSOR_MAPS_H_
+#define MATMUL_KERNELS_MMA_INTERNAL_TENSOR_MAPS_H_
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace matmul::mma::internal {
+
+// Whether the driver offers the encoder (looked up once).
+bool HaveTensorMapEncoder();
+
+// The map of a BF16 matrix stored as `rows` rows of `cols` contiguous
+// elements, `ld` elements apart, read in boxes of 64 elements by
+// `box_rows` rows with the 128-byte swizzle (SmemTile's panels).
+// `base` and `ld` * 2 must be multiples of 16 bytes.
+absl::Status EncodeOperandMap(CUtensorMap* map, const void* base, int64_t cols,
+                              int64_t rows, int64_t ld, int box_rows);
+
+}  // namespace matmul::mma::internal
+
+#endif  // MATMUL_KERNELS_MMA_INTERNAL_TENSOR_MAPS_H_

@@ -1,0 +1,59 @@
+#include "kernels/mma/internal/tensor_maps.h"
+
+#include <cuda_runtime.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace matmul::mma::internal {
+namespace {
+
+using EncodeFn = decltype(&cuTensorMapEncodeTiled);
+
+// The driver's encoder, or null where the driver lacks it.
+EncodeFn Encoder() {
+  static const EncodeFn fn = [] {
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry,
+                                         12000, cudaEnableDefault,
+                                         &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();  // do not leave the failure for the next caller
+      return EncodeFn{nullptr};
+    }
+    return reinterpret_cast<EncodeFn>(entry);
+  }();
+  return fn;
+}
+
+}  // namespace
+
+bool HaveTensorMapEncoder() { return Encoder() != nullptr; }
+
+absl::Status EncodeOperandMap(CUtensorMap* map, const void* base, int64_t cols,
+                              int64_t rows, int64_t ld, int box_rows) {
+  const EncodeFn encode = Encoder();
+  if (encode == nullptr) {
+    return absl::FailedPreconditionError(
+        "the CUDA driver offers no cuTensorMapEncodeTiled");
+  }
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols),
+                              static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
+             dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return absl::InternalError(absl::StrCat(
+        "cuTensorMapEncodeTiled failed (CUresult ", static_cast<int>(r),
+        ") for ", rows, " x ", cols, " elements, leading dimension ", ld));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace matmul::mma::internal
