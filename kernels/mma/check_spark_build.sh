@@ -3,7 +3,8 @@
 #   check_spark_build.sh [OUT_DIR]
 # 1. Compiles the four kernel translation units for sm_121a with
 #    -Xptxas -v and fails unless every config that fits the GB10's
-#    101,376 bytes of shared memory (and the unaligned fallback kernel)
+#    101,376 bytes of shared memory (TMA kernels included, and the
+#    unaligned fallback kernel)
 #    reports 0 spill stores, 0 spill loads and a 0-byte stack frame.
 #    Leaves the sm_121a cubins in OUT_DIR (default build-spark-check/).
 # 2. Where cuobjdump exists (the GPU machine; not the build machine), checks
@@ -65,11 +66,14 @@ for m in re.finditer(
   name, arch, stack, st, ld, regs = m.groups()
   t = re.search(r"TileShapeILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)E", name)
   bm, bn, bk, s, wm, wn = map(int, t.groups())
-  vec = name.endswith("Lb1EEEvNS1_12KernelParamsE")
-  smem = (bm + bn) * bk * 2 * s
+  tma = "GemmKernelTma" in name
+  vec = tma or name.endswith("Lb1EEEvNS1_12KernelParamsE")
+  # TMA kernels: 1024 bytes of alignment slack and 16 of barriers per stage.
+  smem = (bm + bn) * bk * 2 * s + ((1024 + 16 * s) if tma else 0)
   fits = smem <= limit
   ok = (stack, st, ld) == ("0", "0", "0")
-  tag = f"mma_{bm}x{bn}x{bk}_s{s}_w{wm}x{wn}" + ("" if vec else " (unaligned fallback)")
+  tag = (f"mma_{bm}x{bn}x{bk}_s{s}_w{wm}x{wn}" + ("_tma" if tma else "")
+         + ("" if vec else " (unaligned fallback)"))
   verdict = ("ok" if ok else "SPILLS") if fits else ("n/a: does not fit GB10" + ("" if ok else ", spills"))
   print(f"{arch} {ab.upper()} {tag:44s} smem {smem:6d} regs {regs:>3s} "
         f"stack {stack} spill st/ld {st}/{ld}  {verdict}")

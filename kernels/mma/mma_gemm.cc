@@ -26,7 +26,7 @@ constexpr int64_t kMaxBatch = 65535;
 // The compiled tiles, in the kernel tables' order.
 const TileConfig* KernelTiles() {
   static constexpr TileConfig kTiles[kNumConfigs] = {
-#define MATMUL_MMA_TILE(bm, bn, bk, st, wm, wn, gm, mb) \
+#define MATMUL_MMA_TILE(bm, bn, bk, st, wm, wn, gm, mb, tmb) \
   TileConfig{bm, bn, bk, st, wm, wn, gm},
       MATMUL_MMA_CONFIGS(MATMUL_MMA_TILE)
 #undef MATMUL_MMA_TILE

@@ -540,7 +540,7 @@ TEST(MmaConfigs, NamesAndSharedBytes) {
     EXPECT_EQ(all[i].block_k % 64, 0) << all[i].Name();
     EXPECT_NE(all[i].block_m, 192) << all[i].Name();
   }
-  EXPECT_EQ(tma, 8);
+  EXPECT_EQ(tma, 9);
   int fit = 0;
   for (const TileConfig& x : AllConfigs())
     fit += x.SharedBytes() <= kSparkSharedBytes;

@@ -58,15 +58,15 @@ constexpr TmaLaunch TmaEntry() {
 
 }  // namespace
 
-#define MATMUL_MMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb)                  \
+#define MATMUL_MMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb, tmb)             \
   &Launch<TileShape<bm, bn, bk, st, wm, wn, gm, mb>, Major::MATMUL_MMA_A, \
           Major::MATMUL_MMA_B, true>,
 
 const LaunchFn MATMUL_MMA_TABLE[kNumConfigs] = {
     MATMUL_MMA_CONFIGS(MATMUL_MMA_ENTRY)};
 
-#define MATMUL_MMA_TMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb)               \
-  TmaEntry<TileShape<bm, bn, bk, st, wm, wn, gm, mb>, Major::MATMUL_MMA_A, \
+#define MATMUL_MMA_TMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb, tmb)           \
+  TmaEntry<TileShape<bm, bn, bk, st, wm, wn, gm, tmb>, Major::MATMUL_MMA_A, \
            Major::MATMUL_MMA_B>(),
 
 const TmaLaunch MATMUL_MMA_TMA_TABLE[kNumConfigs] = {

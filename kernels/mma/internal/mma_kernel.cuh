@@ -46,10 +46,17 @@ struct TileShape {
   static_assert(kWTM % 16 == 0 && kWTN % 16 == 0, "warp tile of 16x16s");
   static_assert(kBK % 32 == 0, "block_k >= 32 (64-byte rows) for the swizzle");
   static_assert(kKSteps >= 2, "the fragment pipeline needs two k-steps");
-  // Warp tiles over 64x64 (96x64: 192 accumulators) cannot afford two sets
-  // of fragments: they refill one set in place, each fragment right after
-  // its last MMA of the step (see Gemm::InPlaceLoop).
-  static constexpr bool kInPlaceFrags = kMI * kNJ > 32;
+  // Registers per thread that kMinBlocks blocks per SM leave (64K per SM).
+  static constexpr int kRegBudget = 65536 / (kThreads * kMinBlocks) < 255
+                                        ? 65536 / (kThreads * kMinBlocks)
+                                        : 255;
+  // Tiles whose accumulators, two sets of fragments and about 48 registers
+  // of addresses and counters exceed that budget (96x64 warps: 192
+  // accumulators; 64x64 warps at 3 blocks per SM: 170 registers) refill one
+  // set in place, each fragment right after its last MMA of the step (see
+  // Gemm::InPlaceLoop).
+  static constexpr bool kInPlaceFrags =
+      kMI * kNJ * 4 + 2 * (kMI * 4 + kNJ * 2) + 48 > kRegBudget;
   static_assert(!kInPlaceFrags || (kMI % 2 == 0 && kKSteps % 2 == 0),
                 "in-place refill relies on an even serpentine");
 };
@@ -175,7 +182,7 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const void* map, int c0,
                                           int c1, uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::"
+      "cp.async.bulk.tensor.2d.shared::cta.global.tile.mbarrier::"
       "complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
@@ -417,12 +424,16 @@ struct Gemm {
     // warp origins on 64-element lines) or add-then-XOR with a second
     // register holding the row key (96-element warp tiles along MN).
     static constexpr bool kCompact = S::kInPlaceFrags;
-    static_assert(!kCompact || !kPanels, "compact offsets assume row lines");
     static constexpr bool kXorOnly =
         kMajor == Major::kK ? S::kKSteps <= 4 : kWarpMN % 64 == 0;
     static_assert(!kCompact || Tile::kRowBytes >= 128 ||
                       (kMajor == Major::kK && S::kKSteps <= 2),
                   "compact offsets");
+    // Panels keep the XOR form while a warp's fragments stay within one
+    // 128-byte line of a row (64 elements along MN, 4 k16 steps along K).
+    static_assert(!kCompact || !kPanels ||
+                      (kXorOnly && (kMajor == Major::kK || kWarpMN == 64)),
+                  "compact offsets across panels");
     static constexpr int kCount =
         kCompact ? (kXorOnly ? 1 : 2)
                  : (kMajor == Major::kK ? S::kKSteps : kFrags);
@@ -453,9 +464,9 @@ struct Gemm {
       if constexpr (kCompact && !kXorOnly) {
         return ((off[0] + 32 * frag) ^ off[1]) + kk * 16 * Tile::kRowBytes;
       } else if constexpr (kCompact && kMajor == Major::kK) {
-        return Flip(off[0], kk) + frag * 16 * Tile::kRowBytes;
+        return Flip(off[0], kk) + frag * 16 * Tile::kRowPitch;
       } else if constexpr (kCompact) {
-        return Flip(off[0], frag) + kk * 16 * Tile::kRowBytes;
+        return Flip(off[0], frag) + kk * 16 * Tile::kRowPitch;
       } else if constexpr (kMajor == Major::kK) {
         return off[kk] + frag * 16 * Tile::kRowPitch;
       } else {
@@ -661,46 +672,98 @@ struct Gemm {
     }
   }
 
-  // smem: 1024-byte aligned (the copy engine's 128-byte swizzle repeats
-  // every 1024 bytes).
-  __device__ __forceinline__ static void TmaLoop(
-      float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, int m0, int n0,
-      uint32_t smem) {
-    static_assert(!S::kInPlaceFrags, "the TMA loop uses two fragment sets");
-    const int tid = threadIdx.x;
-    const int lane = tid & 31;
-    const int warp = tid >> 5;
-    const uint32_t smem_b = smem + S::kStages * S::kStageBytesA;
-    const uint32_t full0 = smem_b + S::kStages * S::kStageBytesB;
-    const uint32_t empty0 = full0 + 8 * S::kStages;
-    const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
-    if (tid == 0) {
+  // Addresses of the TMA kernel's shared memory (smem: 1024-byte aligned,
+  // as the copy engine's 128-byte swizzle repeats every 1024 bytes).
+  struct TmaStages {
+    uint32_t a;  // stage s of A at a + s * kStageBytesA
+    __device__ __forceinline__ uint32_t B() const {
+      return a + S::kStages * S::kStageBytesA;
+    }
+    __device__ __forceinline__ uint32_t Full(int s) const {
+      return B() + S::kStages * S::kStageBytesB + 8 * s;
+    }
+    __device__ __forceinline__ uint32_t Empty(int s) const {
+      return Full(S::kStages + s);
+    }
+  };
+
+  // Initialises the barriers and puts k-tiles 0 .. kStages-2 in flight.
+  __device__ __forceinline__ static void TmaStart(const KernelParams& p,
+                                                  const TmaStages& st, int m0,
+                                                  int n0, int k_tiles) {
+    if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < S::kStages; ++s) {
-        MbarInit(full0 + 8 * s, 1);
-        MbarInit(empty0 + 8 * s, kWarps);
+        MbarInit(st.Full(s), 1);
+        MbarInit(st.Empty(s), kWarps);
       }
       FenceMbarInit();
     }
     __syncthreads();
-    if (tid == 0) {
+    if (threadIdx.x == 0) {
 #pragma unroll
       for (int s = 0; s < S::kStages - 1; ++s) {
         if (s < k_tiles) {
-          IssueTile(p, s, m0, n0, smem + s * S::kStageBytesA,
-                    smem_b + s * S::kStageBytesB, full0 + 8 * s);
+          IssueTile(p, s, m0, n0, st.a + s * S::kStageBytesA,
+                    st.B() + s * S::kStageBytesB, st.Full(s));
         }
       }
     }
+  }
+
+  // The next tile's loads go out one step into the current one when the
+  // ring has room for it (3+ stages), so the issuing thread rarely waits
+  // for a warp still reading the stage it refills.
+  static constexpr int kIssueStep = S::kStages > 2 ? 1 : 0;
+
+  // Thread 0, at step kIssueStep of k-tile kt: k-tile kt + kStages - 1
+  // refills the stage that k-tile kt - 1 used, once every warp released it.
+  __device__ __forceinline__ static void TmaRefill(const KernelParams& p,
+                                                   const TmaStages& st, int m0,
+                                                   int n0, int kt,
+                                                   int k_tiles) {
+    const int t = kt + S::kStages - 1;
+    if (t < k_tiles) {
+      const int w = t % S::kStages;
+      if (t >= S::kStages) MbarWait(st.Empty(w), ((t / S::kStages) & 1) ^ 1);
+      IssueTile(p, t, m0, n0, st.a + w * S::kStageBytesA,
+                st.B() + w * S::kStageBytesB, st.Full(w));
+    }
+  }
+
+  // Before reading k-tile kt + 1 (stage `read`, already advanced): the
+  // ((kt + 1) / kStages)-th fill of that stage must have landed.
+  __device__ __forceinline__ static void TmaAwait(const TmaStages& st, int read,
+                                                  int kt, int k_tiles) {
+    if (kt + 1 < k_tiles) {
+      MbarWait(st.Full(read), ((kt + 1) / S::kStages) & 1);
+    }
+  }
+
+  // After k-tile kt's MMAs, which needed its stage's last fragments in
+  // registers: this warp has finished reading the stage.
+  __device__ __forceinline__ static void TmaRelease(const TmaStages& st,
+                                                    int done) {
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) MbarArrive(st.Empty(done));
+  }
+
+  // The TMA kernel's main loop with two fragment sets (as PairLoop).
+  __device__ __forceinline__ static void TmaLoop(
+      float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, int m0, int n0,
+      uint32_t smem) {
+    static_assert(!S::kInPlaceFrags, "two fragment sets");
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const TmaStages st{smem};
+    const uint32_t smem_b = st.B();
+    const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
+    TmaStart(p, st, m0, n0, k_tiles);
     const OffsetsA oa((warp / S::kWN) * S::kWTM, lane);
     const OffsetsB ob((warp % S::kWN) * S::kWTN, lane);
-    // The next tile's loads go out one step into the current one when the
-    // ring has room for it (3+ stages), so the issuing thread rarely waits
-    // for a warp still reading the stage it refills.
-    constexpr int kIssueStep = S::kStages > 2 ? 1 : 0;
     Frags frags[2];
     int read = 0;
-    MbarWait(full0, 0);
+    MbarWait(st.Full(0), 0);
     LoadFrags(frags[0], smem, smem_b, oa, ob, 0);
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int done = read;
@@ -708,33 +771,80 @@ struct Gemm {
       for (int kk = 0; kk < S::kKSteps; ++kk) {
         if (kk == S::kKSteps - 1) {
           read = (read + 1 == S::kStages) ? 0 : read + 1;
-          // k-tile kt + 1 is the ((kt + 1) / kStages)-th fill of its stage.
-          if (kt + 1 < k_tiles) {
-            MbarWait(full0 + 8 * read, ((kt + 1) / S::kStages) & 1);
-          }
+          TmaAwait(st, read, kt, k_tiles);
         }
         const int next = (kk + 1) % S::kKSteps;
         LoadFrags(frags[(kk + 1) % 2], smem + read * S::kStageBytesA,
                   smem_b + read * S::kStageBytesB, oa, ob, next);
-        if (kk == kIssueStep && tid == 0) {
-          // k-tile t refills the stage that k-tile t - kStages used; wait
-          // until every warp has released it.
-          const int t = kt + S::kStages - 1;
-          if (t < k_tiles) {
-            const int w = t % S::kStages;
-            if (t >= S::kStages) {
-              MbarWait(empty0 + 8 * w, ((t / S::kStages) & 1) ^ 1);
-            }
-            IssueTile(p, t, m0, n0, smem + w * S::kStageBytesA,
-                      smem_b + w * S::kStageBytesB, full0 + 8 * w);
-          }
+        if (kk == kIssueStep && threadIdx.x == 0) {
+          TmaRefill(p, st, m0, n0, kt, k_tiles);
         }
         Mmas(acc, frags[kk % 2]);
       }
-      // The MMAs above needed this stage's last fragments in registers, so
-      // the warp has finished reading it.
-      __syncwarp();
-      if (lane == 0) MbarArrive(empty0 + 8 * done);
+      TmaRelease(st, done);
+    }
+  }
+
+  // The TMA kernel's main loop with fragments refilled in place (as
+  // InPlaceLoop, whose comment explains the order).
+  __device__ __forceinline__ static void TmaInPlaceLoop(
+      float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, int m0, int n0,
+      uint32_t smem) {
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const TmaStages st{smem};
+    const uint32_t smem_b = st.B();
+    const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
+    TmaStart(p, st, m0, n0, k_tiles);
+    const OffsetsA oa((warp / S::kWN) * S::kWTM, lane);
+    const OffsetsB ob((warp % S::kWN) * S::kWTN, lane);
+    uint32_t a[2][4];
+    uint32_t b[S::kNJ][2];
+    int read = 0;
+    MbarWait(st.Full(0), 0);
+    Ldmatrix4<kA == Major::kMN>(a[0], smem + oa.Get(0, 0));
+#pragma unroll
+    for (int j = 0; j < S::kNJ / 2; ++j) {
+      Ldmatrix4x2<kB == Major::kMN>(b[2 * j], b[2 * j + 1],
+                                    smem_b + ob.Get(j, 0));
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int done = read;
+#pragma unroll
+      for (int kk = 0; kk < S::kKSteps; ++kk) {
+        if (kk == kIssueStep && threadIdx.x == 0) {
+          TmaRefill(p, st, m0, n0, kt, k_tiles);
+        }
+        const int next = (kk + 1) % S::kKSteps;
+#pragma unroll
+        for (int i = 0; i < S::kMI; ++i) {
+          if (i + 1 < S::kMI) {
+            Ldmatrix4<kA == Major::kMN>(
+                a[(i + 1) & 1],
+                smem + read * S::kStageBytesA + oa.Get(i + 1, kk));
+          } else {
+            if (kk == S::kKSteps - 1) {
+              read = (read + 1 == S::kStages) ? 0 : read + 1;
+              TmaAwait(st, read, kt, k_tiles);
+            }
+            Ldmatrix4<kA == Major::kMN>(
+                a[0], smem + read * S::kStageBytesA + oa.Get(0, next));
+          }
+          const bool forward = ((i + kk) & 1) == 0;
+#pragma unroll
+          for (int jj = 0; jj < S::kNJ; ++jj) {
+            const int j = forward ? jj : S::kNJ - 1 - jj;
+            MmaBf16(acc[i][j], a[i & 1], b[j]);
+            if (i == S::kMI - 1 && (j & 1) == (forward ? 1 : 0)) {
+              const int pair = j >> 1;
+              Ldmatrix4x2<kB == Major::kMN>(
+                  b[2 * pair], b[2 * pair + 1],
+                  smem_b + read * S::kStageBytesB + ob.Get(pair, next));
+            }
+          }
+        }
+      }
+      TmaRelease(st, done);
     }
   }
 
@@ -926,7 +1036,11 @@ __device__ __forceinline__ void GemmTile(const KernelParams& p, int pid,
     int m0, n0;
     TileOrigin<S>(p, pid, m0, n0);
     if constexpr (kTma) {
-      G::TmaLoop(acc, p, m0, n0, smem);
+      if constexpr (S::kInPlaceFrags) {
+        G::TmaInPlaceLoop(acc, p, m0, n0, smem);
+      } else {
+        G::TmaLoop(acc, p, m0, n0, smem);
+      }
     } else {
       G::template MainLoop<kVec>(acc, p, EntryA(p, blockIdx.y),
                                  EntryB(p, blockIdx.y), m0, n0, smem);
@@ -973,11 +1087,13 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   }
 }
 
-// Whether config S has a TMA kernel: the two-fragment-set main loop and
-// rows of whole 128-byte panels (block_k 64 or 128; block_m and block_n
-// multiples of 64 for MN-major operands).
+// Whether config S has a TMA kernel: warp tiles up to 64x64 (the 96-wide
+// ones' offsets do not follow panels) and rows of whole 128-byte panels
+// (block_k 64 or 128; block_m and block_n multiples of 64 for MN-major
+// operands).
 template <class S, Major kA, Major kB>
-constexpr bool kHasTmaKernel = !S::kInPlaceFrags && S::kBK % 64 == 0 &&
+constexpr bool kHasTmaKernel = S::kWTM <= 64 && S::kWTN <= 64 &&
+                               S::kBK % 64 == 0 &&
                                (kA == Major::kK || S::kBM % 64 == 0) &&
                                (kB == Major::kK || S::kBN % 64 == 0);
 
