@@ -46,6 +46,12 @@ for t in bundle/*_test; do
   [ -x "$t" ] || continue
   name=$(basename "$t")
   if [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $name "* ]]; then continue; fi
+  if [[ $name == *_process_test ]]; then
+    # They start matmul-server and matmul-cli by their build-tree paths,
+    # which do not exist here; they need no GPU, and CI runs them.
+    rows+=("$(printf '%-28s skipped: build-tree paths (CI runs it)' "$name")")
+    continue
+  fi
   before=$(wc -l <"$log")
   step "$name" 300 "$t" ${TEST_FILTER:+--gtest_filter=$TEST_FILTER}
   rc=$?
