@@ -52,10 +52,10 @@ int KernelIndex(const TileConfig& c) {
 }
 
 bool HasTmaKernel(int kernel_index) {
-  return internal::kTmaNN[kernel_index].launch != nullptr &&
-         internal::kTmaNT[kernel_index].launch != nullptr &&
-         internal::kTmaTN[kernel_index].launch != nullptr &&
-         internal::kTmaTT[kernel_index].launch != nullptr;
+  return internal::kTmaNN[kernel_index] != nullptr &&
+         internal::kTmaNT[kernel_index] != nullptr &&
+         internal::kTmaTN[kernel_index] != nullptr &&
+         internal::kTmaTT[kernel_index] != nullptr;
 }
 
 // Compute capability major of `device` (cached), or 0 when unreadable.
@@ -226,7 +226,7 @@ namespace {
 
 // The copy-engine launch of a single product: both operands' maps, one
 // block per tile.
-absl::Status RunTma(const GemmProblem& p, const TileConfig& c, KernelParams& k,
+absl::Status RunTma(const GemmProblem& p, const TileConfig& c, KernelParams* k,
                     cudaStream_t stream) {
   const char la = Layout(p.a.strides);
   const char lb = Layout(p.b.strides);
@@ -234,21 +234,21 @@ absl::Status RunTma(const GemmProblem& p, const TileConfig& c, KernelParams& k,
   // n rows of k; "N" as k rows of n. Boxes cover a block's rows of a
   // K-major operand and block_k rows of an MN-major one.
   absl::Status s = la == 'N'
-                       ? internal::EncodeOperandMap(&k.tma_a, p.a.data, p.k,
-                                                    p.m, k.lda, c.block_m)
-                       : internal::EncodeOperandMap(&k.tma_a, p.a.data, p.m,
-                                                    p.k, k.lda, c.block_k);
+                       ? internal::EncodeOperandMap(&k->tma_a, p.a.data, p.k,
+                                                    p.m, k->lda, c.block_m)
+                       : internal::EncodeOperandMap(&k->tma_a, p.a.data, p.m,
+                                                    p.k, k->lda, c.block_k);
   if (!s.ok()) return s;
-  s = lb == 'T' ? internal::EncodeOperandMap(&k.tma_b, p.b.data, p.k, p.n,
-                                             k.ldb, c.block_n)
-                : internal::EncodeOperandMap(&k.tma_b, p.b.data, p.n, p.k,
-                                             k.ldb, c.block_k);
+  s = lb == 'T' ? internal::EncodeOperandMap(&k->tma_b, p.b.data, p.k, p.n,
+                                             k->ldb, c.block_n)
+                : internal::EncodeOperandMap(&k->tma_b, p.b.data, p.n, p.k,
+                                             k->ldb, c.block_k);
   if (!s.ok()) return s;
-  const internal::TmaLaunch* table =
+  const LaunchFn* table =
       la == 'N' ? (lb == 'N' ? internal::kTmaNN : internal::kTmaNT)
                 : (lb == 'N' ? internal::kTmaTN : internal::kTmaTT);
-  const dim3 grid(k.tiles_m * k.tiles_n, 1);
-  if (cudaError_t err = table[KernelIndex(c)].launch(k, grid, stream);
+  const dim3 grid(k->tiles_m * k->tiles_n, 1);
+  if (cudaError_t err = table[KernelIndex(c)](*k, grid, stream);
       err != cudaSuccess) {
     return absl::InternalError(absl::StrCat("launch of ", c.Name(), " for ",
                                             ShapeName(p), ": ",
@@ -299,7 +299,7 @@ absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
   k.ld_aligned = k.lda % 8 == 0 && k.ldb % 8 == 0 && k.a_batch % 8 == 0 &&
                  k.b_batch % 8 == 0;
 
-  if (TakesTmaPath(p, c, device)) return RunTma(p, c, k, stream);
+  if (TakesTmaPath(p, c, device)) return RunTma(p, c, &k, stream);
 
   const bool a_n = la == 'N';
   const bool b_n = lb == 'N';

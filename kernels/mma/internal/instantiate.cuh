@@ -48,11 +48,11 @@ cudaError_t LaunchTma(const KernelParams& p, dim3 grid, cudaStream_t stream) {
 
 // The TMA entry of config S, or null where it has none.
 template <class S, Major kA, Major kB>
-constexpr TmaLaunch TmaEntry() {
+constexpr LaunchFn TmaEntry() {
   if constexpr (kHasTmaKernel<S, kA, kB>) {
-    return {&LaunchTma<S, kA, kB>, kTmaSharedBytes<S>};
+    return &LaunchTma<S, kA, kB>;
   } else {
-    return {nullptr, 0};
+    return nullptr;
   }
 }
 
@@ -69,7 +69,7 @@ const LaunchFn MATMUL_MMA_TABLE[kNumConfigs] = {
   TmaEntry<TileShape<bm, bn, bk, st, wm, wn, gm, tmb>, Major::MATMUL_MMA_A, \
            Major::MATMUL_MMA_B>(),
 
-const TmaLaunch MATMUL_MMA_TMA_TABLE[kNumConfigs] = {
+const LaunchFn MATMUL_MMA_TMA_TABLE[kNumConfigs] = {
     MATMUL_MMA_CONFIGS(MATMUL_MMA_TMA_ENTRY)};
 #undef MATMUL_MMA_TMA_ENTRY
 

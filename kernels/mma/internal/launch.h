@@ -32,16 +32,11 @@ extern const LaunchFn kLaunchNN[kNumConfigs];
 extern const LaunchFn kLaunchNT[kNumConfigs];
 extern const LaunchFn kLaunchTN[kNumConfigs];
 extern const LaunchFn kLaunchTT[kNumConfigs];
-// The copy-engine (TMA) kernel of a config: launch (null where the config
-// has none) and its dynamic shared memory, which the device must allow.
-struct TmaLaunch {
-  LaunchFn launch;
-  int shared_bytes;
-};
-extern const TmaLaunch kTmaNN[kNumConfigs];
-extern const TmaLaunch kTmaNT[kNumConfigs];
-extern const TmaLaunch kTmaTN[kNumConfigs];
-extern const TmaLaunch kTmaTT[kNumConfigs];
+// The copy-engine (TMA) kernel of each config, null where it has none.
+extern const LaunchFn kTmaNN[kNumConfigs];
+extern const LaunchFn kTmaNT[kNumConfigs];
+extern const LaunchFn kTmaTN[kNumConfigs];
+extern const LaunchFn kTmaTT[kNumConfigs];
 
 extern const LaunchFn kFallbackNN;
 extern const LaunchFn kFallbackNT;

@@ -630,16 +630,14 @@ struct Gemm {
   }
 
   // ------------------------------------------------ TMA pipeline ----
-  // The TMA kernel's main loop (kPanels layout): one thread issues each
+  // The TMA kernel's main loops (kPanels layout): one thread issues each
   // k-tile as copy-engine boxes that complete on the stage's `full`
   // barrier; each warp waits for that barrier alone and, once its MMAs
   // have consumed the stage's last fragments, arrives on the stage's
   // `empty` barrier, which the issuing thread waits for before it reuses
   // the stage. No block-wide barrier, no per-thread copies or predicates:
-  // the copy engine zero-fills tails. Fragments as in PairLoop.
+  // the copy engine zero-fills tails.
   static constexpr int kWarps = S::kWM * S::kWN;
-  // Barriers follow the stages: full[s] at 8 s, empty[s] at 8 (kStages + s).
-  static constexpr int kTmaBarrierBytes = 16 * S::kStages;
 
   // The boxes of k-tile `tile` into the stage at dst_a / dst_b: one per 64
   // contiguous elements of each operand's rows (SmemTile panels).
@@ -673,7 +671,8 @@ struct Gemm {
   }
 
   // Addresses of the TMA kernel's shared memory (smem: 1024-byte aligned,
-  // as the copy engine's 128-byte swizzle repeats every 1024 bytes).
+  // as the copy engine's 128-byte swizzle repeats every 1024 bytes): the
+  // stages of A, those of B, then full[s] and empty[s], 8 bytes each.
   struct TmaStages {
     uint32_t a;  // stage s of A at a + s * kStageBytesA
     __device__ __forceinline__ uint32_t B() const {
@@ -798,52 +797,24 @@ struct Gemm {
     TmaStart(p, st, m0, n0, k_tiles);
     const OffsetsA oa((warp / S::kWN) * S::kWTM, lane);
     const OffsetsB ob((warp % S::kWN) * S::kWTN, lane);
-    uint32_t a[2][4];
-    uint32_t b[S::kNJ][2];
+    InPlaceFrags f;
     int read = 0;
     MbarWait(st.Full(0), 0);
-    Ldmatrix4<kA == Major::kMN>(a[0], smem + oa.Get(0, 0));
-#pragma unroll
-    for (int j = 0; j < S::kNJ / 2; ++j) {
-      Ldmatrix4x2<kB == Major::kMN>(b[2 * j], b[2 * j + 1],
-                                    smem_b + ob.Get(j, 0));
-    }
+    FirstInPlaceFrags(f, smem, smem_b, oa, ob);
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int done = read;
-#pragma unroll
-      for (int kk = 0; kk < S::kKSteps; ++kk) {
-        if (kk == kIssueStep && threadIdx.x == 0) {
-          TmaRefill(p, st, m0, n0, kt, k_tiles);
-        }
-        const int next = (kk + 1) % S::kKSteps;
-#pragma unroll
-        for (int i = 0; i < S::kMI; ++i) {
-          if (i + 1 < S::kMI) {
-            Ldmatrix4<kA == Major::kMN>(
-                a[(i + 1) & 1],
-                smem + read * S::kStageBytesA + oa.Get(i + 1, kk));
-          } else {
-            if (kk == S::kKSteps - 1) {
-              read = (read + 1 == S::kStages) ? 0 : read + 1;
-              TmaAwait(st, read, kt, k_tiles);
+      InPlaceTile(
+          acc, f, smem, smem_b, oa, ob, read,
+          [&](int kk) {
+            if (kk == kIssueStep && threadIdx.x == 0) {
+              TmaRefill(p, st, m0, n0, kt, k_tiles);
             }
-            Ldmatrix4<kA == Major::kMN>(
-                a[0], smem + read * S::kStageBytesA + oa.Get(0, next));
-          }
-          const bool forward = ((i + kk) & 1) == 0;
-#pragma unroll
-          for (int jj = 0; jj < S::kNJ; ++jj) {
-            const int j = forward ? jj : S::kNJ - 1 - jj;
-            MmaBf16(acc[i][j], a[i & 1], b[j]);
-            if (i == S::kMI - 1 && (j & 1) == (forward ? 1 : 0)) {
-              const int pair = j >> 1;
-              Ldmatrix4x2<kB == Major::kMN>(
-                  b[2 * pair], b[2 * pair + 1],
-                  smem_b + read * S::kStageBytesB + ob.Get(pair, next));
-            }
-          }
-        }
-      }
+          },
+          [&] {
+            const int next = read + 1 == S::kStages ? 0 : read + 1;
+            TmaAwait(st, next, kt, k_tiles);
+            return next;
+          });
       TmaRelease(st, done);
     }
   }
@@ -864,64 +835,96 @@ struct Gemm {
       uint32_t smem_b, const OffsetsA& oa, const OffsetsB& ob, LoaderA& load_a,
       LoaderB& load_b) {
     const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
+    InPlaceFrags f;
+    int read = 0;
+    FirstInPlaceFrags(f, smem, smem_b, oa, ob);
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      InPlaceTile(
+          acc, f, smem, smem_b, oa, ob, read,
+          [&](int kk) {
+            if (kk != 0) return;
+            // Loads of k-tile kt + kStages - 1, into the stage consumed
+            // during k-tile kt - 1 (every warp passed the barrier after
+            // reading it).
+            if (kt + S::kStages - 1 < k_tiles) {
+              const int write = read == 0 ? S::kStages - 1 : read - 1;
+              LoadTile<kFull>(p, kt + S::kStages - 1,
+                              smem + write * S::kStageBytesA,
+                              smem_b + write * S::kStageBytesB, load_a, load_b);
+            }
+            CpAsyncCommit();
+          },
+          [&] {
+            // Step 0 of k-tile kt + 1 reads the next stage: it must have
+            // landed, and (for the cp.async batch issued at kt + 1) every
+            // warp must be done with this one.
+            CpAsyncWait<S::kStages - 2>();
+            __syncthreads();
+            return read + 1 == S::kStages ? 0 : read + 1;
+          });
+    }
+    CpAsyncWait<0>();
+  }
+
+  // The fragments of the in-place order: A double-buffered by row, B
+  // refilled pair by pair.
+  struct InPlaceFrags {
     uint32_t a[2][4];
     uint32_t b[S::kNJ][2];
-    int read = 0;
-    Ldmatrix4<kA == Major::kMN>(a[0], smem + oa.Get(0, 0));
+  };
+
+  // Row 0 of A and all of B for step 0 of k-tile 0 (stage 0).
+  __device__ __forceinline__ static void FirstInPlaceFrags(InPlaceFrags& f,
+                                                           uint32_t smem,
+                                                           uint32_t smem_b,
+                                                           const OffsetsA& oa,
+                                                           const OffsetsB& ob) {
+    Ldmatrix4<kA == Major::kMN>(f.a[0], smem + oa.Get(0, 0));
 #pragma unroll
     for (int j = 0; j < S::kNJ / 2; ++j) {
-      Ldmatrix4x2<kB == Major::kMN>(b[2 * j], b[2 * j + 1],
+      Ldmatrix4x2<kB == Major::kMN>(f.b[2 * j], f.b[2 * j + 1],
                                     smem_b + ob.Get(j, 0));
     }
-    for (int kt = 0; kt < k_tiles; ++kt) {
+  }
+
+  // One k-tile in the in-place order from stage `read`. on_step(kk) runs at
+  // the start of each k16 step (the pipeline's loads); next_stage() runs
+  // before the last row of the last step, whose refills read k-tile
+  // kt + 1, and returns that tile's stage (it must have landed).
+  template <class OnStep, class NextStage>
+  __device__ __forceinline__ static void InPlaceTile(
+      float (&acc)[S::kMI][S::kNJ][4], InPlaceFrags& f, uint32_t smem,
+      uint32_t smem_b, const OffsetsA& oa, const OffsetsB& ob, int& read,
+      OnStep&& on_step, NextStage&& next_stage) {
 #pragma unroll
-      for (int kk = 0; kk < S::kKSteps; ++kk) {
-        if (kk == 0) {
-          // Loads of k-tile kt + kStages - 1, into the stage consumed during
-          // k-tile kt - 1 (every warp passed the barrier after reading it).
-          if (kt + S::kStages - 1 < k_tiles) {
-            const int write = read == 0 ? S::kStages - 1 : read - 1;
-            LoadTile<kFull>(p, kt + S::kStages - 1,
-                            smem + write * S::kStageBytesA,
-                            smem_b + write * S::kStageBytesB, load_a, load_b);
-          }
-          CpAsyncCommit();
+    for (int kk = 0; kk < S::kKSteps; ++kk) {
+      on_step(kk);
+      const int next = (kk + 1) % S::kKSteps;
+#pragma unroll
+      for (int i = 0; i < S::kMI; ++i) {
+        if (i + 1 < S::kMI) {
+          Ldmatrix4<kA == Major::kMN>(
+              f.a[(i + 1) & 1],
+              smem + read * S::kStageBytesA + oa.Get(i + 1, kk));
+        } else {
+          if (kk == S::kKSteps - 1) read = next_stage();
+          Ldmatrix4<kA == Major::kMN>(
+              f.a[0], smem + read * S::kStageBytesA + oa.Get(0, next));
         }
-        const int next = (kk + 1) % S::kKSteps;
+        const bool forward = ((i + kk) & 1) == 0;
 #pragma unroll
-        for (int i = 0; i < S::kMI; ++i) {
-          if (i + 1 < S::kMI) {
-            Ldmatrix4<kA == Major::kMN>(
-                a[(i + 1) & 1],
-                smem + read * S::kStageBytesA + oa.Get(i + 1, kk));
-          } else {
-            if (kk == S::kKSteps - 1) {
-              // Step 0 of k-tile kt + 1 reads the next stage: it must have
-              // landed, and (for the cp.async batch issued at kt + 1) every
-              // warp must be done with this one.
-              CpAsyncWait<S::kStages - 2>();
-              __syncthreads();
-              read = (read + 1 == S::kStages) ? 0 : read + 1;
-            }
-            Ldmatrix4<kA == Major::kMN>(
-                a[0], smem + read * S::kStageBytesA + oa.Get(0, next));
-          }
-          const bool forward = ((i + kk) & 1) == 0;
-#pragma unroll
-          for (int jj = 0; jj < S::kNJ; ++jj) {
-            const int j = forward ? jj : S::kNJ - 1 - jj;
-            MmaBf16(acc[i][j], a[i & 1], b[j]);
-            if (i == S::kMI - 1 && (j & 1) == (forward ? 1 : 0)) {
-              const int pair = j >> 1;
-              Ldmatrix4x2<kB == Major::kMN>(
-                  b[2 * pair], b[2 * pair + 1],
-                  smem_b + read * S::kStageBytesB + ob.Get(pair, next));
-            }
+        for (int jj = 0; jj < S::kNJ; ++jj) {
+          const int j = forward ? jj : S::kNJ - 1 - jj;
+          MmaBf16(acc[i][j], f.a[i & 1], f.b[j]);
+          if (i == S::kMI - 1 && (j & 1) == (forward ? 1 : 0)) {
+            const int pair = j >> 1;
+            Ldmatrix4x2<kB == Major::kMN>(
+                f.b[2 * pair], f.b[2 * pair + 1],
+                smem_b + read * S::kStageBytesB + ob.Get(pair, next));
           }
         }
       }
     }
-    CpAsyncWait<0>();
   }
 
   // alpha * acc + beta * C -> C, straight from the accumulator fragments:
@@ -1102,17 +1105,21 @@ constexpr bool kHasTmaKernel = S::kWTM <= 64 && S::kWTN <= 64 &&
 template <class S>
 constexpr int kTmaSharedBytes = S::kSharedBytes + 1024 + 16 * S::kStages;
 
-// The copy-engine kernel (sm_90 and later; the host launches it only
-// there): one block per tile of a single product whose A and B have
-// tensor maps in p (batch 1, 16-byte aligned bases and leading
-// dimensions).
+// The copy-engine kernel (the host launches it on sm_90 and later only):
+// one block per tile of a single product whose A and B have tensor maps in
+// p (batch 1, 16-byte aligned bases and leading dimensions).
 template <class S, Major kA, Major kB>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     GemmKernelTma(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ __align__(1024) uint8_t smem[];
+  extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t base = (SmemAddress(smem) + 1023) & ~1023u;
   GemmTile<S, kA, kB, true, true>(p, blockIdx.x, base);
+#else
+  // Compiled for a part without the copy engine and run on one with it
+  // (PTX of an older target): the same tile through the cp.async loop.
+  extern __shared__ __align__(128) uint8_t smem[];
+  GemmTile<S, kA, kB, true>(p, blockIdx.x, SmemAddress(smem));
 #endif
 }
 
