@@ -58,16 +58,17 @@ bool HasTmaKernel(int kernel_index) {
          internal::kTmaTT[kernel_index] != nullptr;
 }
 
-// Compute capability major of `device` (cached), or 0 when unreadable.
-int ComputeMajor(int device) {
+// Attribute kAttr of `device`, cached per device (attributes do not
+// change), or 0 when it cannot be read.
+template <cudaDeviceAttr kAttr>
+int CachedAttribute(int device) {
   static std::array<std::atomic<int>, 64> cache{};
   if (device >= 0 && device < 64) {
     if (int v = cache[device].load(std::memory_order_relaxed); v > 0) return v;
   }
   int value = 0;
-  if (cudaDeviceGetAttribute(&value, cudaDevAttrComputeCapabilityMajor,
-                             device) != cudaSuccess) {
-    cudaGetLastError();
+  if (cudaDeviceGetAttribute(&value, kAttr, device) != cudaSuccess) {
+    cudaGetLastError();  // do not leave the failure for the next caller
     return 0;
   }
   if (device >= 0 && device < 64) cache[device].store(value);
@@ -190,18 +191,7 @@ absl::Status CanImplement(const GemmProblem& p, const TileConfig& c,
 size_t WorkspaceBytes(const GemmProblem&, const TileConfig&) { return 0; }
 
 int MaxSharedBytesOptin(int device) {
-  static std::array<std::atomic<int>, 64> cache{};
-  if (device >= 0 && device < 64) {
-    if (int v = cache[device].load(std::memory_order_relaxed); v > 0) return v;
-  }
-  int value = 0;
-  if (cudaDeviceGetAttribute(&value, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                             device) != cudaSuccess) {
-    cudaGetLastError();  // do not leave the failure for the next caller
-    return 0;
-  }
-  if (device >= 0 && device < 64) cache[device].store(value);
-  return value;
+  return CachedAttribute<cudaDevAttrMaxSharedMemoryPerBlockOptin>(device);
 }
 
 bool TakesTmaPath(const GemmProblem& p, const TileConfig& c, int device) {
@@ -218,7 +208,8 @@ bool TakesTmaPath(const GemmProblem& p, const TileConfig& c, int device) {
     return false;
   }
   const int index = KernelIndex(c);
-  return index >= 0 && HasTmaKernel(index) && ComputeMajor(device) >= 9 &&
+  return index >= 0 && HasTmaKernel(index) &&
+         CachedAttribute<cudaDevAttrComputeCapabilityMajor>(device) >= 9 &&
          internal::HaveTensorMapEncoder();
 }
 

@@ -639,35 +639,33 @@ struct Gemm {
   // the copy engine zero-fills tails.
   static constexpr int kWarps = S::kWM * S::kWN;
 
-  // The boxes of k-tile `tile` into the stage at dst_a / dst_b: one per 64
-  // contiguous elements of each operand's rows (SmemTile panels).
+  // One operand's boxes of the k-tile at k0 into the stage at dst: one per
+  // 64 contiguous elements of its rows (SmemTile panels); mn0 is the
+  // block's first row (A) or column (B).
+  template <Major kMajor, class Tile>
+  __device__ __forceinline__ static void IssueOperand(uint32_t dst,
+                                                      const CUtensorMap* map,
+                                                      int mn0, int k0,
+                                                      uint32_t full) {
+#pragma unroll
+    for (int q = 0; q < Tile::kRowBytes / 128; ++q) {
+      if constexpr (kMajor == Major::kK) {
+        TmaLoad2d(dst + q * Tile::kPanelBytes, map, k0 + 64 * q, mn0, full);
+      } else {
+        TmaLoad2d(dst + q * Tile::kPanelBytes, map, mn0 + 64 * q, k0, full);
+      }
+    }
+  }
+
+  // The boxes of k-tile `tile` into the stage at dst_a / dst_b.
   __device__ __forceinline__ static void IssueTile(const KernelParams& p,
                                                    int tile, int m0, int n0,
                                                    uint32_t dst_a,
                                                    uint32_t dst_b,
                                                    uint32_t full) {
     MbarArriveExpectTx(full, S::kStageBytesA + S::kStageBytesB);
-    const int k0 = tile * S::kBK;
-#pragma unroll
-    for (int q = 0; q < TileA::kRowBytes / 128; ++q) {
-      if constexpr (kA == Major::kK) {
-        TmaLoad2d(dst_a + q * TileA::kPanelBytes, &p.tma_a, k0 + 64 * q, m0,
-                  full);
-      } else {
-        TmaLoad2d(dst_a + q * TileA::kPanelBytes, &p.tma_a, m0 + 64 * q, k0,
-                  full);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < TileB::kRowBytes / 128; ++q) {
-      if constexpr (kB == Major::kK) {
-        TmaLoad2d(dst_b + q * TileB::kPanelBytes, &p.tma_b, k0 + 64 * q, n0,
-                  full);
-      } else {
-        TmaLoad2d(dst_b + q * TileB::kPanelBytes, &p.tma_b, n0 + 64 * q, k0,
-                  full);
-      }
-    }
+    IssueOperand<kA, TileA>(dst_a, &p.tma_a, m0, tile * S::kBK, full);
+    IssueOperand<kB, TileB>(dst_b, &p.tma_b, n0, tile * S::kBK, full);
   }
 
   // Addresses of the TMA kernel's shared memory (smem: 1024-byte aligned,
