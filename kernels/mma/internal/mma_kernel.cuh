@@ -745,11 +745,12 @@ struct Gemm {
     if ((threadIdx.x & 31) == 0) MbarArrive(st.Empty(done));
   }
 
-  // The TMA kernel's main loop with two fragment sets (as PairLoop).
+  // The TMA kernel's main loop: two fragment sets (as PairLoop) or, where
+  // the registers do not allow them, fragments refilled in place (as
+  // InPlaceLoop, whose comment explains the order).
   __device__ __forceinline__ static void TmaLoop(
       float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, int m0, int n0,
       uint32_t smem) {
-    static_assert(!S::kInPlaceFrags, "two fragment sets");
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const TmaStages st{smem};
@@ -758,62 +759,48 @@ struct Gemm {
     TmaStart(p, st, m0, n0, k_tiles);
     const OffsetsA oa((warp / S::kWN) * S::kWTM, lane);
     const OffsetsB ob((warp % S::kWN) * S::kWTN, lane);
-    Frags frags[2];
     int read = 0;
     MbarWait(st.Full(0), 0);
-    LoadFrags(frags[0], smem, smem_b, oa, ob, 0);
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int done = read;
-#pragma unroll
-      for (int kk = 0; kk < S::kKSteps; ++kk) {
-        if (kk == S::kKSteps - 1) {
-          read = (read + 1 == S::kStages) ? 0 : read + 1;
-          TmaAwait(st, read, kt, k_tiles);
-        }
-        const int next = (kk + 1) % S::kKSteps;
-        LoadFrags(frags[(kk + 1) % 2], smem + read * S::kStageBytesA,
-                  smem_b + read * S::kStageBytesB, oa, ob, next);
-        if (kk == kIssueStep && threadIdx.x == 0) {
-          TmaRefill(p, st, m0, n0, kt, k_tiles);
-        }
-        Mmas(acc, frags[kk % 2]);
+    if constexpr (S::kInPlaceFrags) {
+      InPlaceFrags f;
+      FirstInPlaceFrags(f, smem, smem_b, oa, ob);
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int done = read;
+        InPlaceTile(
+            acc, f, smem, smem_b, oa, ob, read,
+            [&](int kk) {
+              if (kk == kIssueStep && threadIdx.x == 0) {
+                TmaRefill(p, st, m0, n0, kt, k_tiles);
+              }
+            },
+            [&] {
+              const int next = read + 1 == S::kStages ? 0 : read + 1;
+              TmaAwait(st, next, kt, k_tiles);
+              return next;
+            });
+        TmaRelease(st, done);
       }
-      TmaRelease(st, done);
-    }
-  }
-
-  // The TMA kernel's main loop with fragments refilled in place (as
-  // InPlaceLoop, whose comment explains the order).
-  __device__ __forceinline__ static void TmaInPlaceLoop(
-      float (&acc)[S::kMI][S::kNJ][4], const KernelParams& p, int m0, int n0,
-      uint32_t smem) {
-    const int lane = threadIdx.x & 31;
-    const int warp = threadIdx.x >> 5;
-    const TmaStages st{smem};
-    const uint32_t smem_b = st.B();
-    const int k_tiles = (p.k + S::kBK - 1) / S::kBK;
-    TmaStart(p, st, m0, n0, k_tiles);
-    const OffsetsA oa((warp / S::kWN) * S::kWTM, lane);
-    const OffsetsB ob((warp % S::kWN) * S::kWTN, lane);
-    InPlaceFrags f;
-    int read = 0;
-    MbarWait(st.Full(0), 0);
-    FirstInPlaceFrags(f, smem, smem_b, oa, ob);
-    for (int kt = 0; kt < k_tiles; ++kt) {
-      const int done = read;
-      InPlaceTile(
-          acc, f, smem, smem_b, oa, ob, read,
-          [&](int kk) {
-            if (kk == kIssueStep && threadIdx.x == 0) {
-              TmaRefill(p, st, m0, n0, kt, k_tiles);
-            }
-          },
-          [&] {
-            const int next = read + 1 == S::kStages ? 0 : read + 1;
-            TmaAwait(st, next, kt, k_tiles);
-            return next;
-          });
-      TmaRelease(st, done);
+    } else {
+      Frags frags[2];
+      LoadFrags(frags[0], smem, smem_b, oa, ob, 0);
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int done = read;
+#pragma unroll
+        for (int kk = 0; kk < S::kKSteps; ++kk) {
+          if (kk == S::kKSteps - 1) {
+            read = (read + 1 == S::kStages) ? 0 : read + 1;
+            TmaAwait(st, read, kt, k_tiles);
+          }
+          const int next = (kk + 1) % S::kKSteps;
+          LoadFrags(frags[(kk + 1) % 2], smem + read * S::kStageBytesA,
+                    smem_b + read * S::kStageBytesB, oa, ob, next);
+          if (kk == kIssueStep && threadIdx.x == 0) {
+            TmaRefill(p, st, m0, n0, kt, k_tiles);
+          }
+          Mmas(acc, frags[kk % 2]);
+        }
+        TmaRelease(st, done);
+      }
     }
   }
 
@@ -1037,11 +1024,7 @@ __device__ __forceinline__ void GemmTile(const KernelParams& p, int pid,
     int m0, n0;
     TileOrigin<S>(p, pid, m0, n0);
     if constexpr (kTma) {
-      if constexpr (S::kInPlaceFrags) {
-        G::TmaInPlaceLoop(acc, p, m0, n0, smem);
-      } else {
-        G::TmaLoop(acc, p, m0, n0, smem);
-      }
+      G::TmaLoop(acc, p, m0, n0, smem);
     } else {
       G::template MainLoop<kVec>(acc, p, EntryA(p, blockIdx.y),
                                  EntryB(p, blockIdx.y), m0, n0, smem);
