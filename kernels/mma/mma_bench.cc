@@ -3,11 +3,13 @@
 // process. CUDA events, median of --iters runs after warm-up.
 //   mma_bench [--iters N] [--configs substr] [--shapes MxNxK,...]
 //   mma_bench --peak_only   (just the mma.sync ceiling and its clock)
+//   mma_bench --host_overhead [--configs substr]   (host time per Run call)
 // Prints one line per (shape, layout, config) and a summary table.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -134,9 +136,69 @@ struct LtGemm {
 
 }  // namespace
 
+// Host time per Run call (CanImplement, for TMA configs the two tensor
+// maps, the launch) on a 256x256x256 NT product, per config: the median of
+// 5 rounds of 400 calls, each round timed on the host clock without
+// waiting for the GPU (400 stays under the launch queue's depth, so the
+// host never blocks on it).
+void HostOverhead(const std::string& filter) {
+  constexpr int64_t kN = 256;
+  constexpr int kCalls = 400;
+  void *a, *b, *c;
+  CHECK_CUDA(cudaMalloc(&a, kN * kN * 2));
+  CHECK_CUDA(cudaMalloc(&b, kN * kN * 2));
+  CHECK_CUDA(cudaMalloc(&c, kN * kN * 2));
+  CHECK_CUDA(cudaMemset(a, 0x3c, kN * kN * 2));  // BF16 0x3c3c, about 0.011
+  CHECK_CUDA(cudaMemset(b, 0x3c, kN * kN * 2));
+  GemmProblem p;
+  p.m = p.n = p.k = kN;
+  p.a.data = a;
+  p.a.strides = {0, kN, 1};
+  p.b.data = b;
+  p.b.strides = {0, 1, kN};
+  p.c.data = c;
+  p.c.strides = {0, kN, 1};
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  for (const TileConfig& cfg : matmul::mma::AllConfigs()) {
+    if (!filter.empty() && cfg.Name().find(filter) == std::string::npos) {
+      continue;
+    }
+    if (!matmul::mma::CanImplement(p, cfg,
+                                   matmul::mma::MaxSharedBytesOptin(device))
+             .ok()) {
+      continue;
+    }
+    std::vector<double> us;
+    for (int round = 0; round < 6; ++round) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kCalls; ++i) {
+        if (!matmul::mma::Run(p, cfg, nullptr).ok()) std::exit(1);
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      CHECK_CUDA(cudaDeviceSynchronize());
+      // Round 0 is the warm-up.
+      if (round > 0) {
+        us.push_back(
+            std::chrono::duration<double, std::micro>(t1 - t0).count() /
+            kCalls);
+      }
+    }
+    std::sort(us.begin(), us.end());
+    std::printf("host time per Run call  %-28s %6.2f us  %s\n",
+                cfg.Name().c_str(), us[us.size() / 2],
+                matmul::mma::TakesTmaPath(p, cfg, device) ? "(copy engine)"
+                                                          : "(cp.async)");
+  }
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+}
+
 int main(int argc, char** argv) {
   int iters = 30;
   bool peak_only = false;
+  bool host_overhead = false;
   std::string filter;
   std::vector<Shape> shapes = {{5120, 11008, 2048},
                                {5120, 2048, 11008},
@@ -145,6 +207,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--peak_only")) {
       peak_only = true;
+    } else if (!std::strcmp(argv[i], "--host_overhead")) {
+      host_overhead = true;
     } else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) {
       iters = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--configs") && i + 1 < argc) {
@@ -165,6 +229,10 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs, smem optin %d\n", prop.name,
               prop.multiProcessorCount,
               matmul::mma::MaxSharedBytesOptin(device));
+  if (host_overhead) {
+    HostOverhead(filter);
+    return 0;
+  }
 
   for (int blocks : {1, 2, 4}) {
     const matmul::mma::MmaPeak peak = matmul::mma::MeasureMmaPeak(blocks);
