@@ -68,7 +68,8 @@ for m in re.finditer(
   bm, bn, bk, s, wm, wn = map(int, t.groups())
   tma = "GemmKernelTma" in name
   vec = tma or name.endswith("Lb1EEEvNS1_12KernelParamsE")
-  # TMA kernels: 1024 bytes of alignment slack and 16 of barriers per stage.
+  # TMA kernels: internal::TmaExtraSharedBytes (params.h), 1024 bytes of
+  # alignment slack and 16 of barriers per stage.
   smem = (bm + bn) * bk * 2 * s + ((1024 + 16 * s) if tma else 0)
   fits = smem <= limit
   ok = (stack, st, ld) == ("0", "0", "0")

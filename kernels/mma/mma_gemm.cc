@@ -125,7 +125,8 @@ std::string TileConfig::Name() const {
 
 int TileConfig::SharedBytes() const {
   const int stages_bytes = (block_m + block_n) * block_k * 2 * stages;
-  return tma ? stages_bytes + 1024 + 16 * stages : stages_bytes;
+  return tma ? stages_bytes + internal::TmaExtraSharedBytes(stages)
+             : stages_bytes;
 }
 
 const std::vector<TileConfig>& AllConfigs() {

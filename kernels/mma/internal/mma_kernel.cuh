@@ -1081,10 +1081,10 @@ constexpr bool kHasTmaKernel = S::kWTM <= 64 && S::kWTN <= 64 &&
                                (kA == Major::kK || S::kBM % 64 == 0) &&
                                (kB == Major::kK || S::kBN % 64 == 0);
 
-// Dynamic shared memory of the TMA kernel: the stages, up to 1023 bytes to
-// align them to 1024, and the barriers.
+// Dynamic shared memory of the TMA kernel.
 template <class S>
-constexpr int kTmaSharedBytes = S::kSharedBytes + 1024 + 16 * S::kStages;
+constexpr int kTmaSharedBytes = S::kSharedBytes +
+                                TmaExtraSharedBytes(S::kStages);
 
 // The copy-engine kernel (the host launches it on sm_90 and later only):
 // one block per tile of a single product whose A and B have tensor maps in

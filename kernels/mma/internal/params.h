@@ -43,6 +43,10 @@ struct KernelParams {
   CUtensorMap tma_b;
 };
 
+// Shared memory the TMA kernel needs beyond its stages: up to 1023 bytes
+// to align them to 1024, and two 8-byte barriers per stage.
+constexpr int TmaExtraSharedBytes(int stages) { return 1024 + 16 * stages; }
+
 }  // namespace matmul::mma::internal
 
 #endif  // MATMUL_KERNELS_MMA_INTERNAL_PARAMS_H_
