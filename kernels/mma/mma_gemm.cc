@@ -51,11 +51,17 @@ int KernelIndex(const TileConfig& c) {
   return -1;
 }
 
+// The TMA kernels of one operand layout (A and B as 'N' or 'T').
+const LaunchFn* TmaTable(char la, char lb) {
+  return la == 'N' ? (lb == 'N' ? internal::kTmaNN : internal::kTmaNT)
+                   : (lb == 'N' ? internal::kTmaTN : internal::kTmaTT);
+}
+
+// Configs with a TMA kernel for the NN and NT layouts (what the service
+// runs) get a `_tma` entry; TN and TT may lack one (TmaTable).
 bool HasTmaKernel(int kernel_index) {
   return internal::kTmaNN[kernel_index] != nullptr &&
-         internal::kTmaNT[kernel_index] != nullptr &&
-         internal::kTmaTN[kernel_index] != nullptr &&
-         internal::kTmaTT[kernel_index] != nullptr;
+         internal::kTmaNT[kernel_index] != nullptr;
 }
 
 // Attribute kAttr of `device`, cached per device (attributes do not
@@ -209,7 +215,7 @@ bool TakesTmaPath(const GemmProblem& p, const TileConfig& c, int device) {
     return false;
   }
   const int index = KernelIndex(c);
-  return index >= 0 && HasTmaKernel(index) &&
+  return index >= 0 && TmaTable(la, lb)[index] != nullptr &&
          CachedAttribute<cudaDevAttrComputeCapabilityMajor>(device) >= 9 &&
          internal::HaveTensorMapEncoder();
 }
@@ -236,11 +242,8 @@ absl::Status RunTma(const GemmProblem& p, const TileConfig& c, KernelParams* k,
                 : internal::EncodeOperandMap(&k->tma_b, p.b.data, p.n, p.k,
                                              k->ldb, c.block_k);
   if (!s.ok()) return s;
-  const LaunchFn* table =
-      la == 'N' ? (lb == 'N' ? internal::kTmaNN : internal::kTmaNT)
-                : (lb == 'N' ? internal::kTmaTN : internal::kTmaTT);
   const dim3 grid(k->tiles_m * k->tiles_n, 1);
-  if (cudaError_t err = table[KernelIndex(c)](*k, grid, stream);
+  if (cudaError_t err = TmaTable(la, lb)[KernelIndex(c)](*k, grid, stream);
       err != cudaSuccess) {
     return absl::InternalError(absl::StrCat("launch of ", c.Name(), " for ",
                                             ShapeName(p), ": ",

@@ -1071,15 +1071,16 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   }
 }
 
-// Whether config S has a TMA kernel: warp tiles up to 64x64 (the 96-wide
-// ones' offsets do not follow panels) and rows of whole 128-byte panels
+// Whether config S has a TMA kernel: rows of whole 128-byte panels
 // (block_k 64 or 128; block_m and block_n multiples of 64 for MN-major
-// operands).
+// operands), and warp tiles wider than 64 only along a K-major operand
+// (an MN-major one's 96-wide fragment offsets would cross panels).
 template <class S, Major kA, Major kB>
-constexpr bool kHasTmaKernel = S::kWTM <= 64 && S::kWTN <= 64 &&
-                               S::kBK % 64 == 0 &&
-                               (kA == Major::kK || S::kBM % 64 == 0) &&
-                               (kB == Major::kK || S::kBN % 64 == 0);
+constexpr bool kHasTmaKernel =
+    (S::kWTM <= 64 || kA == Major::kK) &&
+    (S::kWTN <= 64 || kB == Major::kK) && S::kBK % 64 == 0 &&
+    (kA == Major::kK || S::kBM % 64 == 0) &&
+    (kB == Major::kK || S::kBN % 64 == 0);
 
 // Dynamic shared memory of the TMA kernel.
 template <class S>
