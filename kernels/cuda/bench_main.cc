@@ -65,7 +65,8 @@ ABSL_FLAG(std::string, sustained_kernels, "pick",
           "Comma-separated kernels the --sustained_s run takes, one after "
           "the other over the same operands: pick (the selector's choice), "
           "spark (the best own config that fits the GB10's 99 KiB), "
-          "cublaslt (the best cuBLASLt candidate). With cublaslt among "
+          "cublaslt (the best cuBLASLt candidate), or an own config by "
+          "name (mma_128x128x64_s2_w2x2_tma). With cublaslt among "
           "them, each kernel's back-to-back figure is also given as a "
           "ratio to cuBLASLt's: the comparison at the GPU's sustained "
           "clock (an H200 runs at its power cap then).");
@@ -142,8 +143,14 @@ struct Row {
   std::map<std::string, bool> family_fits;      // that best fits 99 KiB
   double spark = 0, lt = 0, pick = 0;
   std::string spark_name, lt_name, pick_name;
-  // --sustained_kernels' entries with their results, in flag order.
-  std::vector<std::pair<std::string, SustainedResult>> sustained;
+  // --sustained_kernels' entries, in flag order: the entry, its kernel's
+  // figure in the table above (tuning pass or re-timing), its result.
+  struct Sustained {
+    std::string which;
+    double table_tflops = 0;
+    SustainedResult result;
+  };
+  std::vector<Sustained> sustained;
 };
 
 std::string Cell(double tflops, double lt) {
@@ -174,9 +181,11 @@ absl::Status Main() {
   const std::vector<std::string> sustained_kernels = absl::StrSplit(
       absl::GetFlag(FLAGS_sustained_kernels), ',', absl::SkipEmpty());
   for (const std::string& which : sustained_kernels) {
-    if (which != "pick" && which != "spark" && which != "cublaslt") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--sustained_kernels: ", which, " is not pick, spark or cublaslt"));
+    if (which != "pick" && which != "spark" && which != "cublaslt" &&
+        !absl::StartsWith(which, "mma_")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sustained_kernels: ", which,
+                       " is not pick, spark, cublaslt or an mma_ config"));
     }
   }
   if (sustained.seconds > 0 && sustained_kernels.empty()) {
@@ -267,15 +276,25 @@ absl::Status Main() {
         (void)tuned;
         if (sustained.seconds > 0 && r + 1 == repeat) {
           std::vector<KernelChoice> choices;
+          std::vector<double> table_tflops;
           for (const std::string& which : sustained_kernels) {
-            const CandidateTiming* other = which == "spark"      ? spark
-                                           : which == "cublaslt" ? lt
-                                                                 : nullptr;
+            const CandidateTiming* other =
+                which == "spark"      ? spark
+                : which == "cublaslt" ? lt
+                : which == "pick"     ? nullptr
+                                      : Best(timings, [&](const auto& t) {
+                                      return t.choice.name == which;
+                                    });
             if (which != "pick" && other == nullptr) {
               return absl::FailedPreconditionError(
                   absl::StrCat("no ", which, " candidate ran for ", row.shape));
             }
             choices.push_back(other ? other->choice : pick);
+            table_tflops.push_back(which == "pick"    ? row.pick
+                                   : which == "spark" ? row.spark
+                                   : which == "cublaslt"
+                                       ? row.lt
+                                       : Tflops(p, other->median_seconds));
           }
           SustainedOptions options = sustained;
           size_t started = 0;
@@ -287,8 +306,8 @@ absl::Status Main() {
           ASSIGN_OR_RETURN(std::vector<SustainedResult> results,
                            RunSustained(*selector, choices, p, options));
           for (size_t i = 0; i < results.size(); ++i) {
-            row.sustained.emplace_back(sustained_kernels[i],
-                                       std::move(results[i]));
+            row.sustained.push_back(
+                {sustained_kernels[i], table_tflops[i], std::move(results[i])});
           }
         }
 
@@ -300,7 +319,7 @@ absl::Status Main() {
         entry["cublaslt_best"] = {{"kernel", row.lt_name}, {"tflops", row.lt}};
         entry["spark_best"] = {{"kernel", row.spark_name},
                                {"tflops", row.spark}};
-        for (const auto& [which, result] : row.sustained) {
+        for (const auto& [which, table, result] : row.sustained) {
           entry["sustained"].push_back(
               {{"which", which},
                {"kernel", result.choice.name},
@@ -386,14 +405,11 @@ absl::Status Main() {
         "plain event", "streams");
     for (const Row& row : rows) {
       double lt_b2b = 0;
-      for (const auto& [which, s] : row.sustained) {
+      for (const auto& [which, table, s] : row.sustained) {
         if (which == "cublaslt") lt_b2b = s.back_to_back_tflops;
       }
-      for (const auto& [which, s] : row.sustained) {
+      for (const auto& [which, table, s] : row.sustained) {
         const double b2b = s.back_to_back_tflops;
-        const double table = which == "spark"      ? row.spark
-                             : which == "cublaslt" ? row.lt
-                                                   : row.pick;
         const std::string vs_lt =
             lt_b2b > 0 ? absl::StrFormat("%.2f", b2b / lt_b2b) : "-";
         std::printf(

@@ -8,7 +8,8 @@
 #   mark_bench_phases                   a filter for matmul-bench's stderr:
 #     passes it through and starts a part "SHAPE table" when a shape's
 #     tuning and table timing (short bursts) begin and "SHAPE WHICH" when
-#     its sustained run of WHICH (pick, spark, cublaslt) begins
+#     its sustained run of WHICH (pick, spark, cublaslt, an mma_ config)
+#     begins
 clock_log_dir=
 clock_log_pid=
 
@@ -37,7 +38,7 @@ mark_bench_phases() {
     if [[ $line =~ ^\[[0-9]+/[0-9]+\]\ ([0-9x]+)\  ]]; then
       shape=${BASH_REMATCH[1]}
       part "$shape table"
-    elif [[ $line =~ "sustained run of "([a-z]+): ]]; then
+    elif [[ $line =~ "sustained run of "([a-z0-9_]+): ]]; then
       part "$shape ${BASH_REMATCH[1]}"
     fi
     echo "$line"

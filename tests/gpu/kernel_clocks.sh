@@ -7,8 +7,10 @@
 # for each shape the best cuBLASLt candidate and the Spark path, one after
 # the other in one process on the same operands, each back to back for
 # SUSTAINED_S seconds (matmul-bench --sustained_kernels) with nvidia-smi
-# sampling the SM clock. kernel_clocks_table.py turns TFLOP/s and
-# clock into FLOP per SM cycle and the fraction of each instruction's peak.
+# sampling the SM clock (KERNELS: default "cublaslt spark"; own configs by
+# name too, e.g. mma_192x128x64_s2_w2x2_tma). kernel_clocks_table.py turns
+# TFLOP/s and clock into FLOP per SM cycle and the fraction of each
+# instruction's peak.
 # Then ncu on the best GB10 configs (NCU_CONFIGS; empty skips it).
 # Results under $OUT/kernel_clocks/. Run from the repo root with the bundle
 # unpacked.
