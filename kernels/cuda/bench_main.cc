@@ -275,26 +275,28 @@ absl::Status Main() {
         }
         (void)tuned;
         if (sustained.seconds > 0 && r + 1 == repeat) {
+          // An entry's candidate (null: the pick) and its table figure.
+          auto entry_of = [&](const std::string& which)
+              -> std::pair<const CandidateTiming*, double> {
+            if (which == "pick") return {nullptr, row.pick};
+            if (which == "spark") return {spark, row.spark};
+            if (which == "cublaslt") return {lt, row.lt};
+            const CandidateTiming* own =
+                Best(timings, [&](const CandidateTiming& t) {
+                  return t.choice.name == which;
+                });
+            return {own, own ? Tflops(p, own->median_seconds) : 0.0};
+          };
           std::vector<KernelChoice> choices;
           std::vector<double> table_tflops;
           for (const std::string& which : sustained_kernels) {
-            const CandidateTiming* other =
-                which == "spark"      ? spark
-                : which == "cublaslt" ? lt
-                : which == "pick"     ? nullptr
-                                      : Best(timings, [&](const auto& t) {
-                                      return t.choice.name == which;
-                                    });
+            const auto [other, table] = entry_of(which);
             if (which != "pick" && other == nullptr) {
               return absl::FailedPreconditionError(
                   absl::StrCat("no ", which, " candidate ran for ", row.shape));
             }
             choices.push_back(other ? other->choice : pick);
-            table_tflops.push_back(which == "pick"    ? row.pick
-                                   : which == "spark" ? row.spark
-                                   : which == "cublaslt"
-                                       ? row.lt
-                                       : Tflops(p, other->median_seconds));
+            table_tflops.push_back(table);
           }
           SustainedOptions options = sustained;
           size_t started = 0;
