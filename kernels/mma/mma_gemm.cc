@@ -5,6 +5,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -51,7 +52,13 @@ int KernelIndex(const TileConfig& c) {
   return -1;
 }
 
-// The TMA kernels of one operand layout (A and B as 'N' or 'T').
+// The cp.async kernels of one operand layout (A and B as 'N' or 'T').
+const LaunchFn* LaunchTable(char la, char lb) {
+  return la == 'N' ? (lb == 'N' ? internal::kLaunchNN : internal::kLaunchNT)
+                   : (lb == 'N' ? internal::kLaunchTN : internal::kLaunchTT);
+}
+
+// The TMA kernels of one operand layout.
 const LaunchFn* TmaTable(char la, char lb) {
   return la == 'N' ? (lb == 'N' ? internal::kTmaNN : internal::kTmaNT)
                    : (lb == 'N' ? internal::kTmaTN : internal::kTmaTT);
@@ -182,6 +189,14 @@ absl::Status CanImplement(const GemmProblem& p, const TileConfig& c,
   }
   if (auto s = CheckOperand("A", p.a, p.batch); !s.ok()) return s;
   if (auto s = CheckOperand("B", p.b, p.batch); !s.ok()) return s;
+  const char la = Layout(p.a.strides);
+  const char lb = Layout(p.b.strides);
+  if (LaunchTable(la, lb)[KernelIndex(c)] == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        c.Name(), " has no kernel for ", std::string{la, lb},
+        " operands: its ", la == 'T' ? c.block_m : c.block_n,
+        "-element edge of an MN-major operand makes no whole shared row"));
+  }
   if (p.c.pointers == nullptr && p.c.data == nullptr) {
     return absl::InvalidArgumentError(
         "C: null data pointer and no pointer array");
@@ -298,9 +313,7 @@ absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
 
   const bool a_n = la == 'N';
   const bool b_n = lb == 'N';
-  const LaunchFn* table =
-      a_n ? (b_n ? internal::kLaunchNN : internal::kLaunchNT)
-          : (b_n ? internal::kLaunchTN : internal::kLaunchTT);
+  const LaunchFn* table = LaunchTable(la, lb);
   const LaunchFn fallback =
       a_n ? (b_n ? internal::kFallbackNN : internal::kFallbackNT)
           : (b_n ? internal::kFallbackTN : internal::kFallbackTT);

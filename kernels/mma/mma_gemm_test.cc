@@ -379,6 +379,43 @@ RunResult RunCase(std::mt19937_64& rng, const Case& tc,
   return result;
 }
 
+GemmProblem ValidProblem() {
+  GemmProblem p;
+  p.m = 64;
+  p.n = 64;
+  p.k = 64;
+  p.a.data = p.b.data = reinterpret_cast<const void*>(256);
+  p.c.data = reinterpret_cast<void*>(256);
+  p.a.strides = {0, 64, 1};
+  p.b.strides = {0, 1, 64};
+  p.c.strides = {0, 64, 1};
+  return p;
+}
+
+// The operand layouts ("NN", "NT", "TN", "TT") `c` accepts; every config
+// must accept NN and NT (what the service runs), and refuse the others
+// with FAILED_PRECONDITION before any GPU work.
+std::vector<std::string> Layouts(const TileConfig& c) {
+  std::vector<std::string> accepted;
+  for (const char* layout : {"NN", "NT", "TN", "TT"}) {
+    GemmProblem p = ValidProblem();
+    p.a.strides = layout[0] == 'N' ? Strides{0, 64, 1} : Strides{0, 1, 64};
+    p.b.strides = layout[1] == 'N' ? Strides{0, 64, 1} : Strides{0, 1, 64};
+    const absl::Status s = CanImplement(p, c, 1 << 20);
+    if (s.ok()) {
+      accepted.push_back(layout);
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition)
+          << c.Name() << " " << layout << ": " << s;
+      EXPECT_EQ(Run(p, c, nullptr).code(), s.code()) << c.Name();
+    }
+  }
+  EXPECT_TRUE(accepted.size() >= 2 && accepted[0] == "NN" &&
+              accepted[1] == "NT")
+      << c.Name();
+  return accepted;
+}
+
 class MmaConfigTest : public ::testing::TestWithParam<size_t> {
  protected:
   void SetUp() override {
@@ -394,6 +431,7 @@ class MmaConfigTest : public ::testing::TestWithParam<size_t> {
     ASSERT_EQ(cudaDeviceGetAttribute(&compute_major_,
                                      cudaDevAttrComputeCapabilityMajor, device),
               cudaSuccess);
+    layouts_ = Layouts(config_);
   }
 
   // Runs `cases` random cases (cycling through the four layouts) and
@@ -403,7 +441,9 @@ class MmaConfigTest : public ::testing::TestWithParam<size_t> {
     double worst = 0.0, worst_ratio = 0.0;
     int tma_cases = 0;
     for (int i = 0; i < cases; ++i) {
-      const Case tc = DrawCase(rng, i);
+      Case tc = DrawCase(rng, i);
+      tc.la = layouts_[i % layouts_.size()][0];
+      tc.lb = layouts_[i % layouts_.size()][1];
       const RunResult r = RunCase(rng, tc, config_, cublas_.get());
       tma_cases += r.tma;
       worst = std::max(worst, r.error);
@@ -427,6 +467,7 @@ class MmaConfigTest : public ::testing::TestWithParam<size_t> {
 
   CublasHandle cublas_;
   TileConfig config_;
+  std::vector<std::string> layouts_;  // the ones config_ has kernels for
   int device_shared_ = 0;
   int compute_major_ = 0;
 };
@@ -470,19 +511,6 @@ INSTANTIATE_TEST_SUITE_P(AllConfigs, MmaConfigTest,
 
 // ---- CanImplement: host-only, no device needed ----
 
-GemmProblem ValidProblem() {
-  GemmProblem p;
-  p.m = 64;
-  p.n = 64;
-  p.k = 64;
-  p.a.data = p.b.data = reinterpret_cast<const void*>(256);
-  p.c.data = reinterpret_cast<void*>(256);
-  p.a.strides = {0, 64, 1};
-  p.b.strides = {0, 1, 64};
-  p.c.strides = {0, 64, 1};
-  return p;
-}
-
 TEST(MmaCanImplement, AcceptsValidProblem) {
   for (const TileConfig& c : AllConfigs()) {
     EXPECT_TRUE(CanImplement(ValidProblem(), c, 1 << 20).ok()) << c.Name();
@@ -519,6 +547,14 @@ TEST(MmaCanImplement, RejectsWithReasons) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// 160x64's A edge makes 320-byte rows when A is MN-major: only NN and NT.
+TEST(MmaConfigs, LayoutsOfEachConfig) {
+  for (const TileConfig& c : AllConfigs()) {
+    const std::vector<std::string> layouts = Layouts(c);
+    EXPECT_EQ(layouts.size(), c.block_m == 160 ? 2u : 4u) << c.Name();
+  }
+}
+
 TEST(MmaConfigs, NamesAndSharedBytes) {
   const TileConfig c{128, 256, 32, 4, 2, 4, 8};
   EXPECT_EQ(c.Name(), "mma_128x256x32_s4_w2x4");
@@ -538,7 +574,7 @@ TEST(MmaConfigs, NamesAndSharedBytes) {
     EXPECT_EQ(all[i - 1], twin) << all[i].Name();
     EXPECT_EQ(all[i].block_k % 64, 0) << all[i].Name();
   }
-  EXPECT_EQ(tma, 10);
+  EXPECT_EQ(tma, 11);
   int fit = 0;
   for (const TileConfig& x : AllConfigs())
     fit += x.SharedBytes() <= kSparkSharedBytes;

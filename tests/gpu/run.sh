@@ -74,7 +74,7 @@ if [ -x bundle/matmul-tune ]; then
     --shapes=5120x2048x2048:NT,256x4096x4096:NN
 fi
 if [ -z "${SKIP_TORCH:-}" ] && command -v python3 >/dev/null; then
-  step torch-reference 300 env PYTHONUNBUFFERED=1 python3 tests/gpu/torch_bench.py \
+  step torch-reference 420 env PYTHONUNBUFFERED=1 python3 tests/gpu/torch_bench.py \
     --out "$OUT/torch_bench.txt"
 fi
 for extra in tests/gpu/steps/*.sh; do

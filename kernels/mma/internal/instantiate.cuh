@@ -46,6 +46,16 @@ cudaError_t LaunchTma(const KernelParams& p, dim3 grid, cudaStream_t stream) {
       p, grid, S::kThreads, stream);
 }
 
+// The cp.async entry of config S, or null where it has none.
+template <class S, Major kA, Major kB>
+constexpr LaunchFn CpAsyncEntry() {
+  if constexpr (kHasCpAsyncKernel<S, kA, kB>) {
+    return &Launch<S, kA, kB, true>;
+  } else {
+    return nullptr;
+  }
+}
+
 // The TMA entry of config S, or null where it has none.
 template <class S, Major kA, Major kB>
 constexpr LaunchFn TmaEntry() {
@@ -58,9 +68,9 @@ constexpr LaunchFn TmaEntry() {
 
 }  // namespace
 
-#define MATMUL_MMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb, tmb)             \
-  &Launch<TileShape<bm, bn, bk, st, wm, wn, gm, mb>, Major::MATMUL_MMA_A, \
-          Major::MATMUL_MMA_B, true>,
+#define MATMUL_MMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb, tmb)              \
+  CpAsyncEntry<TileShape<bm, bn, bk, st, wm, wn, gm, mb>, Major::MATMUL_MMA_A, \
+               Major::MATMUL_MMA_B>(),
 
 const LaunchFn MATMUL_MMA_TABLE[kNumConfigs] = {
     MATMUL_MMA_CONFIGS(MATMUL_MMA_ENTRY)};

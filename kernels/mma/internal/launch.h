@@ -27,7 +27,8 @@ inline constexpr int kNumConfigs = 0 MATMUL_MMA_CONFIGS(MATMUL_MMA_COUNT);
 #undef MATMUL_MMA_COUNT
 
 // Indexed by config (MATMUL_MMA_CONFIGS order). Names: A layout then B
-// layout as in ShapeName ("N": unit column stride, "T": unit row stride).
+// layout as in ShapeName ("N": unit column stride, "T": unit row stride);
+// null where a config has no kernel for that layout (kHasCpAsyncKernel).
 extern const LaunchFn kLaunchNN[kNumConfigs];
 extern const LaunchFn kLaunchNT[kNumConfigs];
 extern const LaunchFn kLaunchTN[kNumConfigs];
