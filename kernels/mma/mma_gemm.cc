@@ -193,8 +193,8 @@ absl::Status CanImplement(const GemmProblem& p, const TileConfig& c,
   const char lb = Layout(p.b.strides);
   if (LaunchTable(la, lb)[KernelIndex(c)] == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
-        c.Name(), " has no kernel for ", std::string{la, lb},
-        " operands: its ", la == 'T' ? c.block_m : c.block_n,
+        c.Name(), " has no kernel for ", std::string{la, lb}, " operands: its ",
+        la == 'T' ? c.block_m : c.block_n,
         "-element edge of an MN-major operand makes no whole shared row"));
   }
   if (p.c.pointers == nullptr && p.c.data == nullptr) {

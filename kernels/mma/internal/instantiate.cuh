@@ -68,7 +68,7 @@ constexpr LaunchFn TmaEntry() {
 
 }  // namespace
 
-#define MATMUL_MMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb, tmb)              \
+#define MATMUL_MMA_ENTRY(bm, bn, bk, st, wm, wn, gm, mb, tmb)                  \
   CpAsyncEntry<TileShape<bm, bn, bk, st, wm, wn, gm, mb>, Major::MATMUL_MMA_A, \
                Major::MATMUL_MMA_B>(),
 

@@ -1075,9 +1075,10 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 // operand's shared rows run along its block edge, which must make 64-byte
 // or whole 128-byte rows (SmemTile).
 template <class S, Major kA, Major kB>
-constexpr bool kHasCpAsyncKernel =
-    (kA == Major::kK || S::kBM == 32 || S::kBM % 64 == 0) &&
-    (kB == Major::kK || S::kBN == 32 || S::kBN % 64 == 0);
+constexpr bool kHasCpAsyncKernel = (kA == Major::kK || S::kBM == 32 ||
+                                    S::kBM % 64 == 0) &&
+                                   (kB == Major::kK || S::kBN == 32 ||
+                                    S::kBN % 64 == 0);
 
 // Whether config S has a TMA kernel: rows of whole 128-byte panels
 // (block_k 64 or 128; block_m and block_n multiples of 64 for MN-major
