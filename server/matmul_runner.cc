@@ -35,7 +35,9 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   }
   // One batch key means one residency: all in place or all staged.
   const bool on_device = live.front()->operands->on_device();
+  const absl::Time launched = absl::Now();
   absl::StatusOr<GemmRunInfo> run = backend_.RunBatch(problems, on_device);
+  const absl::Time ran = absl::Now();
   if (!run.ok() && live.size() > 1) {
     for (PendingProduct* product : live) RunLaunch({product}, started);
     return;
@@ -49,7 +51,6 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   const GemmProblem& shape = live.front()->plan.problem;
   const int batch_size = static_cast<int>(live.size());
   const std::string shape_name = ShapeName(shape);
-  metrics_.RecordLaunch(shape_name, batch_size, run->kernel_seconds);
   for (PendingProduct* product : live) {
     const GemmProblem& p = product->plan.problem;
     v1::MatmulResponse* response = product->response;
@@ -82,6 +83,11 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
     metrics_.RecordRequest(record);
     std::move(product->finish)(absl::OkStatus());
   }
+  metrics_.RecordLaunch(
+      shape_name, {.batch_size = batch_size,
+                   .kernel_seconds = run->kernel_seconds,
+                   .launch_seconds = absl::ToDoubleSeconds(ran - launched),
+                   .answer_seconds = absl::ToDoubleSeconds(absl::Now() - ran)});
 }
 
 }  // namespace matmul

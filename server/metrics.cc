@@ -18,6 +18,13 @@ prometheus::Histogram::BucketBoundaries DurationBuckets() {
   return bounds;
 }
 
+// 1 us .. ~8 s, doubling: host-side steps of a launch.
+prometheus::Histogram::BucketBoundaries FineDurationBuckets() {
+  prometheus::Histogram::BucketBoundaries bounds;
+  for (double b = 1e-6; b < 10.0; b *= 2.0) bounds.push_back(b);
+  return bounds;
+}
+
 constexpr absl::StatusCode kAllCodes[] = {
     absl::StatusCode::kOk,
     absl::StatusCode::kCancelled,
@@ -95,6 +102,23 @@ ServerMetrics::ServerMetrics(int max_shapes, const std::string& backend)
                      .Help("Requests that shared one launch")
                      .Register(*registry_)
                      .Add({{"backend", backend_}}, batch_bounds);
+  launch_duration_ =
+      &prometheus::BuildHistogram()
+           .Name("matmul_launch_duration_seconds")
+           .Help(
+               "Wall time of one launch on its worker: staging, copies, "
+               "kernel and synchronisation (the kernel alone is "
+               "matmul_kernel_duration_seconds)")
+           .Register(*registry_)
+           .Add({{"backend", backend_}}, FineDurationBuckets());
+  answer_duration_ =
+      &prometheus::BuildHistogram()
+           .Name("matmul_answer_duration_seconds")
+           .Help(
+               "Time from the end of a launch to the last of its requests "
+               "answered (a batch's answers go out one after another)")
+           .Register(*registry_)
+           .Add({{"backend", backend_}}, FineDurationBuckets());
   queue_depth_ = &prometheus::BuildGauge()
                       .Name("matmul_queue_depth")
                       .Help("Requests accepted and waiting to run")
@@ -151,11 +175,13 @@ void ServerMetrics::RecordRequest(const RequestRecord& record) {
   FlopsFor(shape, record.kernel).Increment(record.flops);
 }
 
-void ServerMetrics::RecordLaunch(const std::string& shape, int batch_size,
-                                 double kernel_seconds) {
-  batch_size_->Observe(batch_size);
+void ServerMetrics::RecordLaunch(const std::string& shape,
+                                 const LaunchRecord& launch) {
+  batch_size_->Observe(launch.batch_size);
+  launch_duration_->Observe(launch.launch_seconds);
+  answer_duration_->Observe(launch.answer_seconds);
   absl::MutexLock lock(&mu_);
-  SeriesFor(shape).kernel_duration->Observe(kernel_seconds);
+  SeriesFor(shape).kernel_duration->Observe(launch.kernel_seconds);
 }
 
 void ServerMetrics::SetQueueDepthSource(std::function<int()> source) {

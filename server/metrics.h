@@ -47,9 +47,16 @@ class ServerMetrics {
 
   // A request answered OK.
   void RecordRequest(const RequestRecord& record);
-  // One kernel launch that served `batch_size` requests of `shape`.
-  void RecordLaunch(const std::string& shape, int batch_size,
-                    double kernel_seconds);
+  // What one launch, which served `batch_size` requests of `shape`, cost.
+  struct LaunchRecord {
+    int batch_size = 1;
+    double kernel_seconds = 0.0;
+    // The launch on its worker: staging, copies, kernel, synchronisation.
+    double launch_seconds = 0.0;
+    // From the launch's end to the last of its requests answered.
+    double answer_seconds = 0.0;
+  };
+  void RecordLaunch(const std::string& shape, const LaunchRecord& launch);
   // Where matmul_queue_depth is read from, at each scrape.
   void SetQueueDepthSource(std::function<int()> source);
   // Any request that ended with `code` (OK included): matmul_requests_total.
@@ -89,6 +96,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& flops_family_;
   prometheus::Histogram* queue_duration_;
   prometheus::Histogram* batch_size_;
+  prometheus::Histogram* launch_duration_;
+  prometheus::Histogram* answer_duration_;
   prometheus::Gauge* in_flight_;
   prometheus::Gauge* rings_attached_;
   prometheus::Gauge* queue_depth_;

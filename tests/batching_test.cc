@@ -78,6 +78,18 @@ TEST(BatchingTest, RequestsQueuedTogetherShareALaunchAndGetTheirOwnResults) {
   EXPECT_EQ(MetricValue(scrape, "matmul_batch_size_count{backend=\"cpu\"}"),
             1 + 3 + 1);
   EXPECT_EQ(MetricValue(scrape, "matmul_batch_size_sum{backend=\"cpu\"}"), 25);
+  // Every launch's wall time and answering time, once each.
+  EXPECT_EQ(
+      MetricValue(scrape,
+                  "matmul_launch_duration_seconds_count{backend=\"cpu\"}"),
+      1 + 3 + 1);
+  EXPECT_EQ(
+      MetricValue(scrape,
+                  "matmul_answer_duration_seconds_count{backend=\"cpu\"}"),
+      1 + 3 + 1);
+  EXPECT_GT(MetricValue(scrape,
+                        "matmul_launch_duration_seconds_sum{backend=\"cpu\"}"),
+            0);
   EXPECT_EQ(MetricValue(scrape, "matmul_queue_depth{backend=\"cpu\"}"), 0);
 }
 
