@@ -164,15 +164,17 @@ prometheus::Counter& ServerMetrics::FlopsFor(const std::string& shape,
   return *counter;
 }
 
-void ServerMetrics::RecordRequest(const RequestRecord& record) {
-  queue_duration_->Observe(record.queue_seconds);
+void ServerMetrics::RecordRequests(absl::Span<const RequestRecord> records) {
   absl::MutexLock lock(&mu_);
-  ShapeSeries& series = SeriesFor(record.shape);
-  series.request_duration->Observe(record.total_seconds);
-  // The flops series uses the same bounded shape label as the histograms.
-  const std::string shape =
-      shapes_.contains(record.shape) ? record.shape : "other";
-  FlopsFor(shape, record.kernel).Increment(record.flops);
+  for (const RequestRecord& record : records) {
+    queue_duration_->Observe(record.queue_seconds);
+    ShapeSeries& series = SeriesFor(record.shape);
+    series.request_duration->Observe(record.total_seconds);
+    // The flops series uses the same bounded shape label as the histograms.
+    const std::string shape =
+        shapes_.contains(record.shape) ? record.shape : "other";
+    FlopsFor(shape, record.kernel).Increment(record.flops);
+  }
 }
 
 void ServerMetrics::RecordLaunch(const std::string& shape,

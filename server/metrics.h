@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -45,8 +46,8 @@ class ServerMetrics {
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;
 
-  // A request answered OK.
-  void RecordRequest(const RequestRecord& record);
+  // Requests answered OK.
+  void RecordRequests(absl::Span<const RequestRecord> records);
   // What one launch, which served `batch_size` requests of `shape`, cost.
   struct LaunchRecord {
     int batch_size = 1;

@@ -378,19 +378,25 @@ int CudaBackend::MaxUsefulBatch(const GemmProblem& problem) const {
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
                                                   Lane& lane,
-                                                  bool after_lane_work) {
+                                                  bool after_lane_work,
+                                                  const AfterProduct& then) {
   // Resolved before the start event, so that a first call's plan building
   // is not counted as kernel time.
   ASSIGN_OR_RETURN(cuda::KernelChoice choice, selector_->Resolve(problem));
   if (RunsSerially(problem)) {
-    return RunSerial(choice, problem, lane, after_lane_work);
+    return RunSerial(choice, problem, lane, after_lane_work, then);
   }
   cudaStream_t stream = lane.stream.get();
   RETURN_IF_ERROR(lane.start.Record(stream));
   RETURN_IF_ERROR(
       selector_->RunChoice(choice, problem, stream, lane.workspace));
   RETURN_IF_ERROR(lane.stop.Record(stream));
-  RETURN_IF_ERROR(lane.stop.Synchronize());
+  if (then) {
+    RETURN_IF_ERROR(then(stream));
+    RETURN_IF_ERROR(lane.stream.Synchronize());
+  } else {
+    RETURN_IF_ERROR(lane.stop.Synchronize());
+  }
   GemmRunInfo info;
   info.kernel = choice.name;
   ASSIGN_OR_RETURN(info.kernel_seconds,
@@ -400,7 +406,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunSerial(
     const cuda::KernelChoice& choice, const GemmProblem& problem, Lane& lane,
-    bool after_lane_work) {
+    bool after_lane_work, const AfterProduct& then) {
   cudaStream_t serial = serial_stream_.get();
   std::shared_ptr<cuda::CudaEvent> from;
   std::shared_ptr<cuda::CudaEvent> to;
@@ -431,7 +437,15 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunSerial(
     RETURN_IF_ERROR(to->Record(serial));
     last_serial_mark_ = to;
   }
-  RETURN_IF_ERROR(to->Synchronize());
+  if (then) {
+    cudaStream_t stream = lane.stream.get();
+    RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream, to->get(), 0),
+                               "cudaStreamWaitEvent"));
+    RETURN_IF_ERROR(then(stream));
+    RETURN_IF_ERROR(lane.stream.Synchronize());  // after `to`, by the wait
+  } else {
+    RETURN_IF_ERROR(to->Synchronize());
+  }
   GemmRunInfo info;
   info.kernel = choice.name;
   ASSIGN_OR_RETURN(info.kernel_seconds,
@@ -615,21 +629,23 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunStacked(const GemmProblem& p,
   stacked.b = {.data = shared_b,
                .strides = {0, p.b.strides.row, p.b.strides.col}};
   stacked.c = {.data = c_stack.data(), .strides = {0, p.n, 1}};
+  // The scatter follows the product on the lane's stream, and the outputs
+  // are complete when we return, as the contract says.
   ASSIGN_OR_RETURN(GemmRunInfo info,
-                   RunDeviceOnLane(stacked, lane, /*after_lane_work=*/true));
-  RETURN_IF_ERROR(cuda::CopyMatrix({c_stack.data(), nullptr, c_dense},
-                                   c_entries, entries, p.m, p.n, c_element,
-                                   stream));
-  // The outputs are complete when we return, as the contract says.
-  RETURN_IF_ERROR(
-      CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
+                   RunDeviceOnLane(stacked, lane, /*after_lane_work=*/true,
+                                   [&](cudaStream_t lane_stream) {
+                                     return cuda::CopyMatrix(
+                                         {c_stack.data(), nullptr, c_dense},
+                                         c_entries, entries, p.m, p.n,
+                                         c_element, lane_stream);
+                                   }));
   info.kernel = absl::StrCat(info.kernel, "+stacked");
   return info;
 }
 
-absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(const GemmProblem& p,
-                                                         Lane& lane,
-                                                         bool after_lane_work) {
+absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(
+    const GemmProblem& p, Lane& lane, bool after_lane_work,
+    const AfterProduct& then) {
   cudaStream_t stream = lane.stream.get();
   const Classified ca = Classify(p.a.strides, p.m, p.k);
   const Classified cb = Classify(p.b.strides, p.k, p.n);
@@ -689,17 +705,22 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(const GemmProblem& p,
     d.c.strides = Normalized(cc, p.c.strides.batch);
   }
 
+  // The scatter of a gathered C, then the caller's work, behind the product.
+  const AfterProduct after = [&](cudaStream_t lane_stream) -> absl::Status {
+    if (gather_c) {
+      RETURN_IF_ERROR(cuda::CopyMatrix({d.c.data, nullptr, d.c.strides},
+                                       {p.c.data, p.c.pointers, p.c.strides},
+                                       p.batch, p.m, p.n, c_element,
+                                       lane_stream));
+    }
+    return then ? then(lane_stream) : absl::OkStatus();
+  };
   ASSIGN_OR_RETURN(
       GemmRunInfo info,
-      RunTimed(d, lane, after_lane_work || gather_a || gather_b || gather_c));
-  if (gather_c) {
-    RETURN_IF_ERROR(cuda::CopyMatrix({d.c.data, nullptr, d.c.strides},
-                                     {p.c.data, p.c.pointers, p.c.strides},
-                                     p.batch, p.m, p.n, c_element, stream));
-  }
-  // RunTimed waited for the kernel; only a scatter of C or temporaries
-  // (freed in stream order) leave work to wait for, so that the output is
-  // complete when we return, as the contract says.
+      RunTimed(d, lane, after_lane_work || gather_a || gather_b || gather_c,
+               gather_c || then ? after : nullptr));
+  // RunTimed waited for the kernel and what follows it; the temporaries
+  // are freed in stream order, and waited for too.
   if (gather_a || gather_b || gather_c) {
     a_tmp = StreamBuffer();
     b_tmp = StreamBuffer();

@@ -34,6 +34,7 @@
 #include <cuda_runtime_api.h>
 
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -145,18 +146,26 @@ class CudaBackend : public GemmBackend {
   // True when `problem` runs on the shared stream (its GFLOP per SM reach
   // options_.serial_min_gflop_per_sm).
   bool RunsSerially(const GemmProblem& problem) const;
+  // Work queued on a lane's stream after a product (a scatter of its
+  // output); empty for none.
+  using AfterProduct = std::function<absl::Status(cudaStream_t)>;
   // Runs `problem` (device pointers, unit-stride layouts), timed with CUDA
   // events, and waits for it: on the lane's stream, or on the shared one
   // when RunsSerially (see above). `after_lane_work`: the product
-  // reads what the lane's stream has queued before it.
+  // reads what the lane's stream has queued before it. `then` is queued
+  // on the lane's stream behind the product and waited for with it, so no
+  // host round trip leaves the GPU idle between the two.
   absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem, Lane& lane,
-                                       bool after_lane_work);
+                                       bool after_lane_work,
+                                       const AfterProduct& then = nullptr);
   // RunTimed for a product that RunsSerially, on the shared stream.
   absl::StatusOr<GemmRunInfo> RunSerial(const cuda::KernelChoice& choice,
                                         const GemmProblem& problem, Lane& lane,
-                                        bool after_lane_work);
-  absl::StatusOr<GemmRunInfo> RunDeviceOnLane(const GemmProblem& problem,
-                                              Lane& lane, bool after_lane_work);
+                                        bool after_lane_work,
+                                        const AfterProduct& then);
+  absl::StatusOr<GemmRunInfo> RunDeviceOnLane(
+      const GemmProblem& problem, Lane& lane, bool after_lane_work,
+      const AfterProduct& then = nullptr);
   // `batched`: a pointer-array product (arrays on the device) whose entries
   // all read B at `shared_b`; runs as one stacked product (see above).
   absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,
