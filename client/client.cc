@@ -32,6 +32,11 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
 
 }  // namespace
 
+absl::Status TimeoutPassedBeforeSending() {
+  return absl::DeadlineExceededError(
+      "the call's timeout had passed before it was sent");
+}
+
 absl::Status FromGrpcStatus(const grpc::Status& status) {
   // grpc::StatusCode and absl::StatusCode share the google.rpc.Code values.
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
@@ -107,6 +112,9 @@ void Client::PrepareContext(grpc::ClientContext& context,
 
 absl::StatusOr<v1::MatmulResponse> Client::Matmul(
     const v1::MatmulRequest& request, absl::Duration timeout) {
+  // gRPC would send it anyway and race its own deadline timer against the
+  // answer; say so at once, as the request ring does.
+  if (timeout <= absl::ZeroDuration()) return TimeoutPassedBeforeSending();
   grpc::ClientContext context;
   PrepareContext(context, timeout);
   v1::MatmulResponse response;
@@ -122,6 +130,10 @@ absl::StatusOr<v1::MatmulResponse> Client::Matmul(
 
 void Client::MatmulAsync(v1::MatmulRequest request, absl::Duration timeout,
                          MatmulCallback done) {
+  if (timeout <= absl::ZeroDuration()) {
+    std::move(done)(TimeoutPassedBeforeSending());
+    return;
+  }
   auto call = std::make_shared<AsyncMatmulCall>();
   call->request = std::move(request);
   call->done = std::move(done);

@@ -50,6 +50,10 @@ struct ClientOptions {
 // Maps a gRPC status onto the absl::Status with the same code and message.
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// DEADLINE_EXCEEDED for a call whose timeout is zero or negative: it is
+// never sent (gRPC and the request ring alike).
+absl::Status TimeoutPassedBeforeSending();
+
 // Turns a MatmulStream response's in-band status (status_code,
 // status_message) into an absl::Status: OK when status_code is 0.
 absl::Status ResponseStatus(const v1::MatmulResponse& response);

@@ -229,8 +229,7 @@ absl::Status RequestRing::Call(const v1::MatmulRequest& request,
     return absl::OkStatus();
   }
   if (timeout <= absl::ZeroDuration()) {
-    return absl::DeadlineExceededError(
-        "the call's timeout had passed before it was sent");
+    return TimeoutPassedBeforeSending();
   }
   const absl::Time deadline = absl::Now() + timeout;
   std::optional<uint32_t> slot = AcquireSlot(deadline);
@@ -269,8 +268,7 @@ void RequestRing::CallAsync(const v1::MatmulRequest& request,
     return;
   }
   if (timeout <= absl::ZeroDuration()) {
-    std::move(done)(absl::DeadlineExceededError(
-        "the call's timeout had passed before it was sent"));
+    std::move(done)(TimeoutPassedBeforeSending());
     return;
   }
   const absl::Time deadline = absl::Now() + timeout;
