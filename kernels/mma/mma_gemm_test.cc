@@ -434,7 +434,7 @@ class MmaConfigTest : public ::testing::TestWithParam<size_t> {
     layouts_ = Layouts(config_);
   }
 
-  // Runs `cases` random cases (cycling through the four layouts) and
+  // Runs `cases` random cases (cycling through the layouts it accepts) and
   // prints the worst errors.
   void RunCases(int cases, uint64_t seed) {
     std::mt19937_64 rng(seed);
