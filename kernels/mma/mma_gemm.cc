@@ -52,16 +52,24 @@ int KernelIndex(const TileConfig& c) {
   return -1;
 }
 
-// The cp.async kernels of one operand layout (A and B as 'N' or 'T').
+// The one of four per-layout kernels (or tables) that serves A and B as
+// 'N' or 'T'.
+template <typename T>
+T ForLayout(char la, char lb, T nn, T nt, T tn, T tt) {
+  return la == 'N' ? (lb == 'N' ? nn : nt) : (lb == 'N' ? tn : tt);
+}
+
+// The cp.async kernels of one operand layout.
 const LaunchFn* LaunchTable(char la, char lb) {
-  return la == 'N' ? (lb == 'N' ? internal::kLaunchNN : internal::kLaunchNT)
-                   : (lb == 'N' ? internal::kLaunchTN : internal::kLaunchTT);
+  return ForLayout<const LaunchFn*>(la, lb, internal::kLaunchNN,
+                                    internal::kLaunchNT, internal::kLaunchTN,
+                                    internal::kLaunchTT);
 }
 
 // The TMA kernels of one operand layout.
 const LaunchFn* TmaTable(char la, char lb) {
-  return la == 'N' ? (lb == 'N' ? internal::kTmaNN : internal::kTmaNT)
-                   : (lb == 'N' ? internal::kTmaTN : internal::kTmaTT);
+  return ForLayout<const LaunchFn*>(la, lb, internal::kTmaNN, internal::kTmaNT,
+                                    internal::kTmaTN, internal::kTmaTT);
 }
 
 // Configs with a TMA kernel for the NN and NT layouts (what the service
@@ -311,12 +319,10 @@ absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
 
   if (TakesTmaPath(p, c, device)) return RunTma(p, c, &k, stream);
 
-  const bool a_n = la == 'N';
-  const bool b_n = lb == 'N';
   const LaunchFn* table = LaunchTable(la, lb);
   const LaunchFn fallback =
-      a_n ? (b_n ? internal::kFallbackNN : internal::kFallbackNT)
-          : (b_n ? internal::kFallbackTN : internal::kFallbackTT);
+      ForLayout(la, lb, internal::kFallbackNN, internal::kFallbackNT,
+                internal::kFallbackTN, internal::kFallbackTT);
   const unsigned batch = static_cast<unsigned>(p.batch);
   // Pointer arrays whose entries the caller vouches for (16-byte aligned)
   // need no fix-up launch.

@@ -190,6 +190,12 @@ __device__ __forceinline__ void TmaLoad2d(uint32_t dst, const void* map, int c0,
 
 // ------------------------------------------------------ shared layout ----
 
+// Row sizes the swizzled layout handles: 64 bytes (two rows share a
+// 128-byte line) or whole 128-byte lines.
+constexpr bool IsSharedRowSize(int row_bytes) {
+  return row_bytes == 64 || row_bytes % 128 == 0;
+}
+
 // One operand's tile of one stage: kRows rows of kRowBytes bytes.
 // kPanels (the TMA kernel): rows of more than 128 bytes are stored as
 // panels of 64 contiguous elements, each panel kRows lines of 128 bytes,
@@ -200,7 +206,7 @@ struct SmemTile {
   static constexpr int kRows = kMajor == Major::kK ? kMN : kBK;
   static constexpr int kRowBytes = (kMajor == Major::kK ? kBK : kMN) * 2;
   static constexpr int kChunksPerRow = kRowBytes / 16;
-  static_assert(kRowBytes == 64 || kRowBytes % 128 == 0, "row size");
+  static_assert(IsSharedRowSize(kRowBytes), "row size");
   static_assert(!kPanels || kRowBytes % 128 == 0, "panels of 128 bytes");
   static constexpr int kPanelBytes = kRows * 128;
   // Bytes from one row to the next.
@@ -1075,10 +1081,10 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 // operand's shared rows run along its block edge, which must make 64-byte
 // or whole 128-byte rows (SmemTile).
 template <class S, Major kA, Major kB>
-constexpr bool kHasCpAsyncKernel = (kA == Major::kK || S::kBM == 32 ||
-                                    S::kBM % 64 == 0) &&
-                                   (kB == Major::kK || S::kBN == 32 ||
-                                    S::kBN % 64 == 0);
+constexpr bool kHasCpAsyncKernel = (kA == Major::kK ||
+                                    IsSharedRowSize(S::kBM * 2)) &&
+                                   (kB == Major::kK ||
+                                    IsSharedRowSize(S::kBN * 2));
 
 // Whether config S has a TMA kernel: rows of whole 128-byte panels
 // (block_k 64 or 128; block_m and block_n multiples of 64 for MN-major
