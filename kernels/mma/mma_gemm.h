@@ -95,7 +95,7 @@ absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
 // device of compute capability 9.0 or later whose driver can encode tensor
 // maps, batch 1 without pointer arrays, 16-byte aligned A and B bases and
 // leading dimensions that are multiples of 8 elements, and a layout the
-// config has a TMA kernel for (192x128: NN and NT only).
+// config has a TMA kernel for (192x128 and 160x64: NN and NT only).
 bool TakesTmaPath(const GemmProblem& p, const TileConfig& c, int device);
 
 // cudaDevAttrMaxSharedMemoryPerBlockOptin of `device` (cached), or 0 when
