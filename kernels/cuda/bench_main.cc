@@ -14,12 +14,12 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/bench_shapes.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_selector.h"
 #include "kernels/cuda/own_kernels.h"
@@ -76,53 +76,6 @@ ABSL_FLAG(bool, candidates, false,
 namespace matmul::cuda {
 namespace {
 
-struct Shape {
-  int64_t batch = 1, m = 0, n = 0, k = 0;
-  std::string Name() const {
-    return batch == 1 ? absl::StrCat(m, "x", n, "x", k)
-                      : absl::StrCat(batch, "x", m, "x", n, "x", k);
-  }
-};
-
-absl::StatusOr<std::vector<Shape>> ParseShapes(const std::string& text) {
-  std::vector<Shape> shapes;
-  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    std::vector<std::string> parts = absl::StrSplit(item, 'x');
-    std::vector<int64_t> v;
-    for (const std::string& part : parts) {
-      int64_t x = 0;
-      if (!absl::SimpleAtoi(part, &x) || x < 1) {
-        return absl::InvalidArgumentError(absl::StrCat("bad shape ", item));
-      }
-      v.push_back(x);
-    }
-    if (v.size() == 3) {
-      shapes.push_back({1, v[0], v[1], v[2]});
-    } else if (v.size() == 4) {
-      shapes.push_back({v[0], v[1], v[2], v[3]});
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("bad shape ", item));
-    }
-  }
-  return shapes;
-}
-
-GemmProblem MakeProblem(const Shape& s, char a_layout, char b_layout,
-                        DType dtype) {
-  GemmProblem p;
-  p.batch = s.batch;
-  p.m = s.m;
-  p.n = s.n;
-  p.k = s.k;
-  p.c_dtype = dtype;
-  p.a.strides =
-      a_layout == 'T' ? Strides{s.m * s.k, 1, s.m} : Strides{s.m * s.k, s.k, 1};
-  p.b.strides =
-      b_layout == 'T' ? Strides{s.k * s.n, 1, s.k} : Strides{s.k * s.n, s.n, 1};
-  p.c.strides = {s.m * s.n, s.n, 1};
-  return p;
-}
-
 double Tflops(const GemmProblem& p, double seconds) {
   return seconds > 0 ? p.flops() / seconds * 1e-12 : 0.0;
 }
@@ -159,16 +112,10 @@ std::string Cell(double tflops, double lt) {
 }
 
 absl::Status Main() {
-  ASSIGN_OR_RETURN(std::vector<Shape> shapes,
+  ASSIGN_OR_RETURN(std::vector<BenchShape> shapes,
                    ParseShapes(absl::GetFlag(FLAGS_shapes)));
-  std::vector<std::string> layouts =
-      absl::StrSplit(absl::GetFlag(FLAGS_layouts), ',', absl::SkipEmpty());
-  for (const std::string& l : layouts) {
-    if (l.size() != 2 || (l[0] != 'N' && l[0] != 'T') ||
-        (l[1] != 'N' && l[1] != 'T')) {
-      return absl::InvalidArgumentError(absl::StrCat("bad layout ", l));
-    }
-  }
+  ASSIGN_OR_RETURN(std::vector<std::string> layouts,
+                   ParseLayouts(absl::GetFlag(FLAGS_layouts)));
   const std::string dtype_name = absl::GetFlag(FLAGS_out_dtype);
   if (dtype_name != "bf16" && dtype_name != "fp32") {
     return absl::InvalidArgumentError("--out_dtype must be bf16 or fp32");
@@ -227,9 +174,9 @@ absl::Status Main() {
 
   for (int r = 0; r < repeat; ++r) {
     nlohmann::json run = nlohmann::json::array();
-    for (const Shape& shape : shapes) {
+    for (const BenchShape& shape : shapes) {
       for (const std::string& layout : layouts) {
-        const GemmProblem p = MakeProblem(shape, layout[0], layout[1], dtype);
+        const GemmProblem p = MakeBenchProblem(shape, layout, dtype);
         std::fprintf(stderr, "[%d/%d] %s %s ...\n", r + 1, repeat,
                      shape.Name().c_str(), layout.c_str());
         std::vector<CandidateTiming> timings;

@@ -130,12 +130,27 @@ CublasLtPlan::~CublasLtPlan() {
 }
 
 int CublasLtPlan::algo_id(int index) const {
-  int id = -1;
+  return CublasLtGemm::AlgoId(results_[index].algo);
+}
+
+int CublasLtGemm::AlgoId(const cublasLtMatmulAlgo_t& algo) {
+  return static_cast<int>(AlgoConfig(algo, CUBLASLT_ALGO_CONFIG_ID));
+}
+
+uint32_t CublasLtGemm::AlgoConfig(const cublasLtMatmulAlgo_t& algo,
+                                  cublasLtMatmulAlgoConfigAttributes_t attr) {
+  // The attributes are 16- or 32-bit; read into a zeroed 32-bit word
+  // (little-endian, so a 16-bit value lands in its low half).
+  uint32_t value = 0;
   size_t written = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&results_[index].algo,
-                                       CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id),
-                                       &written);
-  return id;
+  for (size_t size : {sizeof(uint32_t), sizeof(uint16_t)}) {
+    if (cublasLtMatmulAlgoConfigGetAttribute(
+            &algo, attr, &value, size, &written) == CUBLAS_STATUS_SUCCESS) {
+      return value;
+    }
+    value = 0;
+  }
+  return 0;
 }
 
 absl::StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::Create(int device,
@@ -287,6 +302,7 @@ absl::StatusOr<std::unique_ptr<CublasLtPlan>> CublasLtGemm::BuildPlan(
 
   const cudaDataType c_type =
       p.c_dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+  plan->c_type_ = c_type;
   ASSIGN_OR_RETURN(plan->layout_a_,
                    MakeLayout(CUDA_R_16BF, lt_a.rows, lt_a.cols, lt_a.ld,
                               p.batch, stride_a, plan->pointer_array_));
@@ -346,12 +362,19 @@ absl::Status CublasLtGemm::Run(const CublasLtPlan& plan, int algo_index,
         absl::StrCat("cuBLASLt candidate ", algo_index, " out of range [0, ",
                      plan.algo_count(), ")"));
   }
-  const cublasLtMatmulHeuristicResult_t& result = plan.results_[algo_index];
+  return RunAlgo(plan, plan.results_[algo_index], p, stream, workspace,
+                 workspace_bytes);
+}
+
+absl::Status CublasLtGemm::RunAlgo(
+    const CublasLtPlan& plan, const cublasLtMatmulHeuristicResult_t& result,
+    const GemmProblem& p, cudaStream_t stream, void* workspace,
+    size_t workspace_bytes) const {
   if (result.workspaceSize > workspace_bytes ||
       (result.workspaceSize > 0 && workspace == nullptr)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cuBLASLt candidate ", algo_index, " needs ", result.workspaceSize,
-        " bytes of workspace, got ", workspace_bytes));
+        "cuBLASLt algorithm ", AlgoId(result.algo), " needs ",
+        result.workspaceSize, " bytes of workspace, got ", workspace_bytes));
   }
   // The plan's algorithms were chosen for pointers at least this aligned.
   if (ProblemAlignment(p.a.data, p.a.pointers, p.a.pointer_alignment, 2) <
@@ -378,6 +401,89 @@ absl::Status CublasLtGemm::Run(const CublasLtPlan& plan, int algo_index,
                      plan.layout_c_, &result.algo, workspace,
                      result.workspaceSize, stream),
       "cublasLtMatmul");
+}
+
+absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>>
+CublasLtGemm::AllAlgos(const CublasLtPlan& plan,
+                       const std::function<void(int index, int count,
+                                                int algo_id)>& on_algo) const {
+  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(device_));
+  std::vector<int> ids(1024);
+  int id_count = 0;
+  RETURN_IF_ERROR(CublasStatus(
+      cublasLtMatmulAlgoGetIds(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F,
+                               CUDA_R_16BF, CUDA_R_16BF, plan.c_type_,
+                               plan.c_type_, static_cast<int>(ids.size()),
+                               ids.data(), &id_count),
+      "cublasLtMatmulAlgoGetIds"));
+  ids.resize(id_count);
+
+  // A capability that lists ids (tiles, stages), or {0} (undefined: the
+  // algorithm chooses) where it lists none.
+  auto id_list = [](const cublasLtMatmulAlgo_t& algo,
+                    cublasLtMatmulAlgoCapAttributes_t attr) {
+    size_t bytes = 0;
+    std::vector<uint32_t> values;
+    if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes) ==
+            CUBLAS_STATUS_SUCCESS &&
+        bytes >= sizeof(uint32_t)) {
+      values.resize(bytes / sizeof(uint32_t));
+      if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, values.data(), bytes,
+                                            &bytes) != CUBLAS_STATUS_SUCCESS) {
+        values.clear();
+      }
+    }
+    if (values.empty()) values.push_back(0);
+    return values;
+  };
+
+  std::vector<cublasLtMatmulHeuristicResult_t> found;
+  for (int i = 0; i < id_count; ++i) {
+    if (on_algo) on_algo(i, id_count, ids[i]);
+    cublasLtMatmulAlgo_t algo;
+    if (cublasLtMatmulAlgoInit(handle_, CUBLAS_COMPUTE_32F, CUDA_R_32F,
+                               CUDA_R_16BF, CUDA_R_16BF, plan.c_type_,
+                               plan.c_type_, ids[i],
+                               &algo) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    uint32_t swizzle_support = 0;
+    size_t written = 0;
+    cublasLtMatmulAlgoCapGetAttribute(
+        &algo, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swizzle_support,
+        sizeof(swizzle_support), &written);
+    for (uint32_t tile : id_list(algo, CUBLASLT_ALGO_CAP_TILE_IDS)) {
+      for (uint32_t stages : id_list(algo, CUBLASLT_ALGO_CAP_STAGES_IDS)) {
+        for (uint32_t swizzle = 0; swizzle <= (swizzle_support ? 1u : 0u);
+             ++swizzle) {
+          cublasLtMatmulAlgo_t configured = algo;
+          auto set = [&](cublasLtMatmulAlgoConfigAttributes_t attr,
+                         uint32_t value) {
+            return cublasLtMatmulAlgoConfigSetAttribute(
+                       &configured, attr, &value, sizeof(value)) ==
+                   CUBLAS_STATUS_SUCCESS;
+          };
+          if (!set(CUBLASLT_ALGO_CONFIG_TILE_ID, tile) ||
+              !set(CUBLASLT_ALGO_CONFIG_STAGES_ID, stages) ||
+              !set(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, swizzle)) {
+            continue;
+          }
+          cublasLtMatmulHeuristicResult_t result{};
+          if (cublasLtMatmulAlgoCheck(handle_, plan.desc_, plan.layout_a_,
+                                      plan.layout_b_, plan.layout_c_,
+                                      plan.layout_c_, &configured,
+                                      &result) != CUBLAS_STATUS_SUCCESS ||
+              result.workspaceSize > workspace_bytes_) {
+            continue;
+          }
+          // The check reports but never fills in the algorithm.
+          result.algo = configured;
+          found.push_back(result);
+        }
+      }
+    }
+  }
+  return found;
 }
 
 }  // namespace matmul::cuda

@@ -16,6 +16,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +49,10 @@ class CublasLtPlan {
   int algo_id(int index) const;
   // The key this plan was built for (see CublasLtGemm::PlanKey).
   const std::string& key() const { return key_; }
+  // Candidate `index` as cuBLASLt describes it (for CublasLtGemm::RunAlgo).
+  const cublasLtMatmulHeuristicResult_t& result(int index) const {
+    return results_[index];
+  }
 
  private:
   friend class CublasLtGemm;
@@ -55,6 +61,7 @@ class CublasLtPlan {
   std::string key_;
   bool swap_operands_ = false;
   bool pointer_array_ = false;
+  cudaDataType c_type_ = CUDA_R_16BF;
   size_t min_alignment_[3] = {16, 16, 16};  // a, b, c (our names)
   cublasLtMatmulDesc_t desc_ = nullptr;
   // cuBLASLt's A, B, C (=D) layouts, in cuBLASLt's naming.
@@ -93,6 +100,30 @@ class CublasLtGemm {
   absl::Status Run(const CublasLtPlan& plan, int algo_index,
                    const GemmProblem& problem, cudaStream_t stream,
                    void* workspace, size_t workspace_bytes) const;
+
+  // Every configuration of every cuBLASLt algorithm for `plan`'s layout that
+  // cublasLtMatmulAlgoCheck accepts within the workspace: each algorithm id
+  // with each of its tiles, stage counts and CTA swizzles, no split-K. An
+  // exhaustive search beyond the heuristic's top-k (thousands of checks,
+  // about a second), for the cublaslt-survey tool; `on_algo` is told each
+  // algorithm id as it is searched.
+  absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> AllAlgos(
+      const CublasLtPlan& plan,
+      const std::function<void(int index, int count, int algo_id)>& on_algo)
+      const;
+
+  // Runs `algo` (one of plan.result(i) or of AllAlgos(plan)) on `problem`,
+  // whose layout must be the plan's.
+  absl::Status RunAlgo(const CublasLtPlan& plan,
+                       const cublasLtMatmulHeuristicResult_t& algo,
+                       const GemmProblem& problem, cudaStream_t stream,
+                       void* workspace, size_t workspace_bytes) const;
+
+  // cuBLASLt's own id of an algorithm (CUBLASLT_ALGO_CONFIG_ID) and one of
+  // its configuration attributes, read back.
+  static int AlgoId(const cublasLtMatmulAlgo_t& algo);
+  static uint32_t AlgoConfig(const cublasLtMatmulAlgo_t& algo,
+                             cublasLtMatmulAlgoConfigAttributes_t attr);
 
   // The cache key of `problem`'s plan: shape, strides, dtype, batch mode and
   // the alignment class of its pointers.

@@ -150,6 +150,50 @@ TEST_F(CublasLtGemmTest, RandomTails) {
   }
 }
 
+TEST_F(CublasLtGemmTest, EverySurveyedConfigurationComputesTheProduct) {
+  // AllAlgos goes beyond the heuristic: each configuration it accepts must
+  // run and be right, in both layouts the survey measures.
+  for (OperandLayout b : {OperandLayout::kRowMajor, OperandLayout::kColMajor}) {
+    ProblemSpec spec;
+    spec.m = 136;
+    spec.n = 200;
+    spec.k = 72;
+    spec.b = b;
+    auto host = MakeHostProblem(spec, rng_);
+    auto device = ::matmul::testing::Upload(host);
+    ASSERT_TRUE(device.ok()) << device.status();
+    auto plan = lt_->GetPlan(device->problem);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    int searched = 0;
+    auto all = lt_->AllAlgos(**plan, [&](int, int, int) { ++searched; });
+    ASSERT_TRUE(all.ok()) << all.status();
+    EXPECT_GT(searched, 0);
+    ASSERT_FALSE(all->empty());
+    auto workspace = DeviceBuffer::Create(lt_->workspace_bytes());
+    ASSERT_TRUE(workspace.ok());
+    for (const cublasLtMatmulHeuristicResult_t& algo : *all) {
+      SCOPED_TRACE(
+          ::testing::Message()
+          << spec.Name() << " algo id " << CublasLtGemm::AlgoId(algo.algo)
+          << " tile "
+          << CublasLtGemm::AlgoConfig(algo.algo, CUBLASLT_ALGO_CONFIG_TILE_ID)
+          << " stages "
+          << CublasLtGemm::AlgoConfig(algo.algo,
+                                      CUBLASLT_ALGO_CONFIG_STAGES_ID));
+      host = MakeHostProblem(spec, rng_);  // fresh inputs, poisoned C
+      device = ::matmul::testing::Upload(host);
+      ASSERT_TRUE(device.ok()) << device.status();
+      ASSERT_TRUE(lt_->RunAlgo(**plan, algo, device->problem, nullptr,
+                               workspace->data(), workspace->size())
+                      .ok());
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+      EXPECT_LT(::matmul::testing::CheckError(host), 1e-2);
+      EXPECT_FALSE(::matmul::testing::OutsideWritten(host));
+    }
+  }
+}
+
 TEST_F(CublasLtGemmTest, PlansAreCachedPerLayout) {
   ProblemSpec spec;
   spec.m = spec.n = spec.k = 64;

@@ -1,0 +1,35 @@
+// The shapes and operand layouts the benchmark tools take on their command
+// lines ("5120x2048x2048", "NT"), and the dense problems they describe.
+#ifndef MATMUL_KERNELS_CUDA_BENCH_SHAPES_H_
+#define MATMUL_KERNELS_CUDA_BENCH_SHAPES_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/gemm_problem.h"
+
+namespace matmul::cuda {
+
+struct BenchShape {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  // "MxNxK", or "BxMxNxK" for a batch.
+  std::string Name() const;
+};
+
+// Comma-separated MxNxK (or BxMxNxK) shapes.
+absl::StatusOr<std::vector<BenchShape>> ParseShapes(const std::string& text);
+
+// Comma-separated layouts of two letters each: N = row-major, T =
+// transposed (column-major), for A then B.
+absl::StatusOr<std::vector<std::string>> ParseLayouts(const std::string& text);
+
+// The problem of `shape` with packed operands in `layout` ("NT") and a
+// row-major C of `dtype`; no data pointers yet.
+GemmProblem MakeBenchProblem(const BenchShape& shape, const std::string& layout,
+                             DType dtype);
+
+}  // namespace matmul::cuda
+
+#endif  // MATMUL_KERNELS_CUDA_BENCH_SHAPES_H_
