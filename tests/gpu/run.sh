@@ -3,8 +3,9 @@
 # bundle/ here:  run(command="bash tests/gpu/run.sh", carry=["bundle"])
 # Runs nvidia-smi, every test binary in bundle/, matmul-bench (JSON to
 # $OUT), a matmul-tune smoke run, the PyTorch/seed reference timings, and
-# every tests/gpu/steps/*.sh; logs go under $OUT (few files: the device
-# tool brings back at most 8) and a summary table is printed last.
+# every tests/gpu/steps/*.sh (cublaslt_survey.sh among them); logs go under
+# $OUT (few files: the device tool brings back at most 8) and a summary
+# table is printed last.
 # Env: BENCH_REPEAT (3), BENCH_ARGS (extra matmul-bench flags),
 #      TEST_FILTER (gtest filter), TESTS (space-separated test binaries to
 #      run; default all), SKIP_BENCH=1, SKIP_TORCH=1.
@@ -85,6 +86,7 @@ done
 echo
 [ -f "$OUT/bench.txt" ] && cat "$OUT/bench.txt"
 [ -f "$OUT/torch_bench.txt" ] && cat "$OUT/torch_bench.txt"
+[ -f "$OUT/survey.txt" ] && cat "$OUT/survey.txt"
 if grep -q '^===== daemon_e2e' "$log"; then
   echo
   echo "== daemon end to end =="
