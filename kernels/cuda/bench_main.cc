@@ -3,7 +3,6 @@
 // same random data with CUDA events.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <string>
 #include <utility>
@@ -19,7 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/bench_shapes.h"
+#include "kernels/cuda/bench_common.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/gemm_selector.h"
 #include "kernels/cuda/own_kernels.h"
@@ -404,12 +403,7 @@ absl::Status Main() {
   }
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
-    std::ofstream file(json_path);
-    file << out.dump(2) << "\n";
-    if (!file.good()) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot write ", json_path));
-    }
+    RETURN_IF_ERROR(WriteJsonFile(json_path, out, 2));
   }
   return absl::OkStatus();
 }

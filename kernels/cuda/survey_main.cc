@@ -7,7 +7,6 @@
 // that fit the GB10's 99 KiB), in one process on the same data.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,7 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/bench_shapes.h"
+#include "kernels/cuda/bench_common.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_resources.h"
@@ -78,7 +77,7 @@ std::string InstructionOf(const std::vector<std::string>& names) {
 
 // One kernel under test: a cuBLASLt configuration or an own config.
 struct Candidate {
-  std::string label;        // "lt algo 21 tile 18 stages 9 swz 0", "mma_..."
+  std::string label;        // "lt algo 21 tile 18 stages 9 ...", "mma_..."
   std::string source;       // "heuristic", "survey", "own"
   std::string instruction;  // "mma.sync", "wgmma", "other", "unnamed"
   std::vector<std::string> kernels;  // names launched by one run
@@ -411,12 +410,7 @@ absl::Status Main() {
   }
   const std::string json_path = absl::GetFlag(FLAGS_json);
   if (!json_path.empty()) {
-    std::ofstream file(json_path);
-    file << out.dump(1) << "\n";
-    if (!file.good()) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot write ", json_path));
-    }
+    RETURN_IF_ERROR(WriteJsonFile(json_path, out, 1));
   }
   return absl::OkStatus();
 }

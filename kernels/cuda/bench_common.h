@@ -1,14 +1,17 @@
-// The shapes and operand layouts the benchmark tools take on their command
-// lines ("5120x2048x2048", "NT"), and the dense problems they describe.
-#ifndef MATMUL_KERNELS_CUDA_BENCH_SHAPES_H_
-#define MATMUL_KERNELS_CUDA_BENCH_SHAPES_H_
+// What the benchmark tools (matmul-bench, cublaslt-survey) share: the shapes
+// and operand layouts they take on their command lines ("5120x2048x2048",
+// "NT"), the dense problems those describe, and their JSON output.
+#ifndef MATMUL_KERNELS_CUDA_BENCH_COMMON_H_
+#define MATMUL_KERNELS_CUDA_BENCH_COMMON_H_
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/gemm_problem.h"
+#include "nlohmann/json.hpp"
 
 namespace matmul::cuda {
 
@@ -30,6 +33,10 @@ absl::StatusOr<std::vector<std::string>> ParseLayouts(const std::string& text);
 GemmProblem MakeBenchProblem(const BenchShape& shape, const std::string& layout,
                              DType dtype);
 
+// Writes `json` (indented by `indent`) to the file at `path`.
+absl::Status WriteJsonFile(const std::string& path, const nlohmann::json& json,
+                           int indent);
+
 }  // namespace matmul::cuda
 
-#endif  // MATMUL_KERNELS_CUDA_BENCH_SHAPES_H_
+#endif  // MATMUL_KERNELS_CUDA_BENCH_COMMON_H_

@@ -1,4 +1,6 @@
-#include "kernels/cuda/bench_shapes.h"
+#include "kernels/cuda/bench_common.h"
+
+#include <fstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -62,6 +64,16 @@ GemmProblem MakeBenchProblem(const BenchShape& s, const std::string& layout,
                                  : Strides{s.k * s.n, s.n, 1};
   p.c.strides = {s.m * s.n, s.n, 1};
   return p;
+}
+
+absl::Status WriteJsonFile(const std::string& path, const nlohmann::json& json,
+                           int indent) {
+  std::ofstream file(path);
+  file << json.dump(indent) << "\n";
+  if (!file.good()) {
+    return absl::PermissionDeniedError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace matmul::cuda
