@@ -104,9 +104,9 @@ class CublasLtGemm {
   // Every configuration of every cuBLASLt algorithm for `plan`'s layout that
   // cublasLtMatmulAlgoCheck accepts within the workspace: each algorithm id
   // with each of its tiles, stage counts and CTA swizzles, no split-K. An
-  // exhaustive search beyond the heuristic's top-k (thousands of checks,
-  // about a second), for the cublaslt-survey tool; `on_algo` is told each
-  // algorithm id as it is searched.
+  // exhaustive search beyond the heuristic's top-k (up to thousands of
+  // checks), for the cublaslt-survey tool; `on_algo` is told each algorithm
+  // id as it is searched.
   absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> AllAlgos(
       const CublasLtPlan& plan,
       const std::function<void(int index, int count, int algo_id)>& on_algo)
