@@ -292,27 +292,26 @@ absl::StatusOr<Report> SurveyOne(CublasLtGemm& lt, LaunchNames* names,
   return report;
 }
 
-// The fastest candidate of `report` by `seconds` among those `predicate`
-// accepts, or null.
-const Candidate* Fastest(const Report& report, double Candidate::*seconds,
-                         auto predicate) {
-  const Candidate* best = nullptr;
-  for (const Candidate& c : report.all) {
-    if (c.*seconds <= 0 || !predicate(c)) continue;
-    if (best == nullptr || c.*seconds < best->*seconds) best = &c;
-  }
-  return best;
-}
-
-// Prints `r`'s four lines (and every candidate with --candidates); returns
-// its JSON.
+// Prints `r`'s three lines (and every candidate with --candidates);
+// returns its JSON.
 nlohmann::json PrintReport(const Report& r) {
   auto tflops = [&](double s) { return s > 0 ? r.flops / s * 1e-12 : 0; };
-  auto by = [&](const std::string& source, const char* instruction) {
-    return Fastest(r, &Candidate::interleaved_seconds, [&](const Candidate& c) {
-      return c.source == source &&
-             (instruction == nullptr || c.instruction == instruction);
-    });
+  // The finalist of `source` (and `instruction`, unless null) fastest in
+  // the interleaved timing, or null.
+  auto by = [&](const std::string& source,
+                const char* instruction) -> const Candidate* {
+    const Candidate* best = nullptr;
+    for (const Candidate& c : r.all) {
+      if (c.interleaved_seconds <= 0 || c.source != source ||
+          (instruction != nullptr && c.instruction != instruction)) {
+        continue;
+      }
+      if (best == nullptr ||
+          c.interleaved_seconds < best->interleaved_seconds) {
+        best = &c;
+      }
+    }
+    return best;
   };
   const Candidate* baseline = by("heuristic", nullptr);
   int ran = 0, mma_sync = 0;
