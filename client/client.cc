@@ -69,9 +69,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target,
   arguments.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   arguments.SetMaxReceiveMessageSize(
       static_cast<int>(options.max_message_bytes));
-  // Local daemon over a unix socket by default: TLS arrives with TCP serving.
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), arguments);
+  ApplyServerName(options.tls, arguments);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(options.tls);
+  if (!credentials.ok()) return credentials.status();
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(target, *credentials, arguments);
   if (channel == nullptr) {
     return absl::InternalError(
         absl::StrCat("could not create a channel to ", target));

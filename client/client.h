@@ -2,7 +2,7 @@
 // that speaks absl::Status instead of grpc::Status.
 //
 //   ASSIGN_OR_RETURN(std::unique_ptr<matmul::Client> client,
-//                    matmul::Client::Create("unix:/tmp/matmul.sock"));
+//                    matmul::Client::Create("unix:/run/matmul/matmul.sock"));
 //   ASSIGN_OR_RETURN(matmul::v1::MatmulResponse response,
 //                    client->Matmul(request, absl::Seconds(10)));
 //
@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/channel_credentials.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/support/status.h"
 #include "matmul/v1/matmul.grpc.pb.h"
@@ -45,6 +46,8 @@ struct ClientOptions {
   // ready instead of failing fast with UNAVAILABLE while the daemon is still
   // starting. Tests that start a daemon and connect at once want this.
   bool wait_for_ready = false;
+  // TLS for a TCP daemon that serves it (see channel_credentials.h).
+  ClientTlsOptions tls;
 };
 
 // Maps a gRPC status onto the absl::Status with the same code and message.

@@ -7,11 +7,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 deploy/install_deps.sh
 deploy/build.sh
-socket=$(mktemp -u /tmp/matmul-demo-XXXX.sock)
+socket_dir=$(mktemp -d)  # private: the daemon refuses a directory others can write
+socket="$socket_dir/matmul.sock"
 metrics=127.0.0.1:9466
 build/server/matmul-server --listen="unix:$socket" --metrics_listen="$metrics" &
 server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true; rm -f "$socket"' EXIT
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true; rm -rf "$socket_dir"' EXIT
 for _ in $(seq 100); do  # the daemon needs a moment to bind its socket
   [[ -S $socket ]] && break
   kill -0 $server 2>/dev/null || { echo "matmul-server exited" >&2; exit 1; }

@@ -11,6 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -18,10 +19,35 @@
 #include "server/backend_factory.h"
 #include "server/matmul_server.h"
 
-ABSL_FLAG(std::vector<std::string>, listen, {"unix:/tmp/matmul.sock"},
+ABSL_FLAG(std::vector<std::string>, listen, {"unix:/run/matmul/matmul.sock"},
           "gRPC address(es) to serve on: unix:/path/to.sock, or host:port "
-          "for TCP (only when asked; no TLS yet, so prefer loopback). "
-          "Comma-separated or repeated.");
+          "for TCP. Regions, sessions and request rings are served on unix "
+          "sockets only; TCP carries inline products. Comma-separated or "
+          "repeated.");
+ABSL_FLAG(std::string, socket_mode, "0660",
+          "Permission bits (octal) of the unix socket files: who may "
+          "connect. Set before the socket accepts anyone.");
+ABSL_FLAG(std::string, socket_group, "",
+          "Group (name or gid) of the unix socket files, so that its "
+          "members may connect (with --socket_mode 0660). Empty: the "
+          "daemon's own group.");
+ABSL_FLAG(bool, allow_shared_socket_dir, false,
+          "Serve a unix socket in a directory that other users may write "
+          "(such as /tmp), where they could replace it with their own.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain for the TCP listeners (with --tls_key).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key for --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificates: TCP clients must present a certificate "
+          "signed by one of them (mutual TLS).");
+ABSL_FLAG(bool, allow_insecure_tcp, false,
+          "Serve plaintext TCP on addresses beyond loopback (without this, "
+          "such a --listen needs --tls_cert and --tls_key).");
+ABSL_FLAG(int, max_in_flight_per_client, 128,
+          "Requests one client may have accepted and not yet answered "
+          "(a client is a process on this host, or a remote host); beyond "
+          "this its new requests get RESOURCE_EXHAUSTED, so that one "
+          "client cannot fill the queue every client shares. 0: no limit.");
 ABSL_FLAG(std::string, metrics_listen, "127.0.0.1:9466",
           "host:port for the Prometheus /metrics endpoint (loopback by "
           "default; 9400 is left to the DCGM exporter). Empty disables it.");
@@ -69,6 +95,8 @@ ABSL_FLAG(int64_t, ring_poll_spin_us, 200,
           "finds it asleep.");
 ABSL_FLAG(int, max_rings, 64,
           "Request rings attached at once (each has a poller thread).");
+ABSL_FLAG(int, max_rings_per_session, 4,
+          "Request rings one session (client process) may attach at once.");
 ABSL_FLAG(int64_t, max_queue_delay_us, 0,
           "How long an idle worker may wait for a batch to fill, measured "
           "from its oldest request. 0: never wait; batches then hold what "
@@ -94,6 +122,27 @@ ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "before they are cancelled.");
 
 namespace {
+
+// "0660" -> 0660: the mode is always read as octal, as chmod reads it.
+absl::StatusOr<mode_t> ParseSocketMode(const std::string& text) {
+  mode_t mode = 0;
+  if (text.empty() || text.size() > 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--socket_mode '", text, "' is not an octal mode such as 0660"));
+  }
+  for (char digit : text) {
+    if (digit < '0' || digit > '7') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--socket_mode '", text, "' is not an octal mode such as 0660"));
+    }
+    mode = mode * 8 + static_cast<mode_t>(digit - '0');
+  }
+  if (mode > 0777) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--socket_mode '", text, "' has bits beyond 0777"));
+  }
+  return mode;
+}
 
 // absl replaces a vector flag on each occurrence; collect every --listen
 // so that the flag can be repeated as well as comma-separated.
@@ -130,7 +179,8 @@ int main(int argc, char** argv) {
       "The BF16 matmul daemon: serves C = alpha*op(A)*op(B) + beta*C over "
       "gRPC (matmul.v1.MatmulService, plus grpc.health.v1 and reflection) "
       "and exports Prometheus metrics.\n\n"
-      "  matmul-server                           # unix:/tmp/matmul.sock, "
+      "  matmul-server                           # "
+      "unix:/run/matmul/matmul.sock, "
       "best backend\n"
       "  matmul-server --backend=cpu --listen=unix:/run/matmul.sock\n"
       "  matmul-server --listen=127.0.0.1:50051 --metrics_listen=:9466\n\n"
@@ -179,6 +229,34 @@ int main(int argc, char** argv) {
 
   matmul::ServerOptions options;
   options.listen = AllListenAddresses(argc, argv);
+  absl::StatusOr<mode_t> socket_mode =
+      ParseSocketMode(absl::GetFlag(FLAGS_socket_mode));
+  if (!socket_mode.ok()) {
+    std::fprintf(stderr, "matmul-server: %s\n",
+                 socket_mode.status().ToString().c_str());
+    return 2;
+  }
+  options.unix_socket.mode = *socket_mode;
+  if (const std::string group = absl::GetFlag(FLAGS_socket_group);
+      !group.empty()) {
+    absl::StatusOr<gid_t> gid = matmul::ParseGroup(group);
+    if (!gid.ok()) {
+      std::fprintf(stderr, "matmul-server: %s\n",
+                   gid.status().ToString().c_str());
+      return 2;
+    }
+    options.unix_socket.group = *gid;
+  }
+  options.unix_socket.allow_shared_directory =
+      absl::GetFlag(FLAGS_allow_shared_socket_dir);
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.allow_insecure_tcp = absl::GetFlag(FLAGS_allow_insecure_tcp);
+  options.max_in_flight_per_client =
+      absl::GetFlag(FLAGS_max_in_flight_per_client);
+  options.regions.max_rings_per_session =
+      absl::GetFlag(FLAGS_max_rings_per_session);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.max_metric_shapes = absl::GetFlag(FLAGS_max_metric_shapes);
   options.executor.worker_threads = absl::GetFlag(FLAGS_worker_threads);

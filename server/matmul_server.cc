@@ -2,14 +2,80 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_posix.h>
+
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "server/regions/shm_region.h"
 
 namespace matmul {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path,
+                                    absl::string_view flag) {
+  std::ifstream file(path);
+  std::stringstream contents;
+  contents << file.rdbuf();
+  if (!file || contents.str().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot read a PEM file at '", path, "'"));
+  }
+  return contents.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
+    const TlsOptions& tls) {
+  if (tls.cert_file.empty() || tls.key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "TLS needs both --tls_cert and --tls_key");
+  }
+  grpc::SslServerCredentialsOptions ssl;
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(tls.cert_file, "--tls_cert"));
+  ASSIGN_OR_RETURN(pair.private_key, ReadPem(tls.key_file, "--tls_key"));
+  ssl.pem_key_cert_pairs.push_back(std::move(pair));
+  if (!tls.client_ca_file.empty()) {
+    ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                     ReadPem(tls.client_ca_file, "--tls_client_ca"));
+    ssl.client_certificate_request =
+        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(ssl);
+}
+
+// "127.0.0.1:50051", "localhost:0", "[::1]:50051": only this host can
+// reach it.
+bool IsLoopback(absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  absl::string_view host = address.substr(0, colon);
+  return absl::StartsWith(host, "127.") || host == "localhost" ||
+         host == "[::1]";
+}
+
+// The credentials a TCP listener gets: TLS when configured; plaintext only
+// on loopback (or when the operator insists).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(
+    const std::string& address, const ServerOptions& options) {
+  if (options.tls.enabled()) return TlsCredentials(options.tls);
+  if (!IsLoopback(address) && !options.allow_insecure_tcp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen=", address,
+        " is reachable beyond this host, and without TLS every tensor and "
+        "result would cross the network in the clear: give --tls_cert and "
+        "--tls_key (and --tls_client_ca to require client certificates), "
+        "listen on loopback, or pass --allow_insecure_tcp"));
+  }
+  return grpc::InsecureServerCredentials();
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     const ServerOptions& options, std::unique_ptr<GemmBackend> backend) {
@@ -74,20 +140,28 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   server->registry_ = std::make_unique<RegionRegistry>(options.regions);
   server->service_ = std::make_unique<MatmulServiceImpl>(
       server->lanes_, *server->metrics_, *server->registry_, options.limits,
-      max_concurrent, options.shm_prefix, options.rings);
+      max_concurrent, options.max_in_flight_per_client, options.shm_prefix,
+      options.rings);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   server->bound_ports_.assign(options.listen.size(), 0);
   for (size_t i = 0; i < options.listen.size(); ++i) {
-    // Unix sockets and loopback use no TLS; TLS for TCP arrives with the
-    // deployment work.
-    int* port = absl::StartsWith(options.listen[i], "unix:")
-                    ? nullptr
-                    : &server->bound_ports_[i];
-    builder.AddListeningPort(options.listen[i],
-                             grpc::InsecureServerCredentials(), port);
+    absl::string_view address = options.listen[i];
+    if (absl::ConsumePrefix(&address, "unix:")) {
+      // Bound now, so that a bad path fails start-up; connections are
+      // taken once the gRPC server runs.
+      ASSIGN_OR_RETURN(std::unique_ptr<UnixSocketListener> listener,
+                       UnixSocketListener::Create(std::string(address),
+                                                  options.unix_socket));
+      server->unix_listeners_.push_back(std::move(listener));
+      continue;
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                     TcpCredentials(options.listen[i], options));
+    builder.AddListeningPort(options.listen[i], credentials,
+                             &server->bound_ports_[i]);
   }
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(options.limits.max_message_bytes));
@@ -100,6 +174,13 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
         "cannot listen on ", absl::StrJoin(options.listen, ", "),
         " (address in use, bad address, or no permission for the socket "
         "path?)"));
+  }
+  for (std::unique_ptr<UnixSocketListener>& listener :
+       server->unix_listeners_) {
+    grpc::Server* grpc_server = server->server_.get();
+    listener->Start([grpc_server](int fd) {
+      grpc::AddInsecureChannelFromFd(grpc_server, fd);
+    });
   }
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   return server;
@@ -126,6 +207,10 @@ MatmulServer::~MatmulServer() {
 void MatmulServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  // New clients fail fast at connect; connections already open drain.
+  for (std::unique_ptr<UnixSocketListener>& listener : unix_listeners_) {
+    listener->Stop();
+  }
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
     service_->CloseAllSessions();

@@ -18,12 +18,29 @@
 #include "server/matmul_service.h"
 #include "server/metrics.h"
 #include "server/request_validation.h"
+#include "server/transport/unix_socket_listener.h"
 
 namespace matmul {
 
+// TLS for TCP listeners (PEM files). Mutual TLS when client_ca_file is set:
+// clients must then present a certificate that CA signed.
+struct TlsOptions {
+  std::string cert_file;
+  std::string key_file;
+  std::string client_ca_file;
+  bool enabled() const { return !cert_file.empty() || !key_file.empty(); }
+};
+
 struct ServerOptions {
   // gRPC addresses: "unix:/path" or "host:port" (port 0 picks one).
-  std::vector<std::string> listen = {"unix:/tmp/matmul.sock"};
+  std::vector<std::string> listen = {"unix:/run/matmul/matmul.sock"};
+  // Who may connect to the unix sockets (mode, group).
+  UnixSocketOptions unix_socket;
+  TlsOptions tls;
+  // Plaintext TCP is refused beyond loopback unless this is set.
+  bool allow_insecure_tcp = false;
+  // Requests one client (process, or TCP host) may have in flight.
+  int max_in_flight_per_client = 128;
   // host:port of the Prometheus endpoint; empty serves none.
   std::string metrics_listen = "127.0.0.1:9466";
   int max_metric_shapes = 64;
@@ -76,6 +93,7 @@ class MatmulServer {
   std::vector<DeviceLane> lanes_;
   std::unique_ptr<RegionRegistry> registry_;
   std::unique_ptr<MatmulServiceImpl> service_;
+  std::vector<std::unique_ptr<UnixSocketListener>> unix_listeners_;
   std::unique_ptr<grpc::Server> server_;
   std::vector<int> bound_ports_;
   bool shut_down_ = false;

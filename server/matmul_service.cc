@@ -8,7 +8,9 @@
 #include "absl/time/clock.h"
 #include "kernels/gemm_batch.h"
 #include "server/matmul_stream_reactor.h"
+#include "server/refused_reactor.h"
 #include "server/regions/cuda_ipc_region.h"
+#include "server/transport/peer_identity.h"
 
 namespace matmul {
 
@@ -17,18 +19,17 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
-MatmulServiceImpl::MatmulServiceImpl(std::vector<DeviceLane>& lanes,
-                                     ServerMetrics& metrics,
-                                     RegionRegistry& registry,
-                                     const ValidationLimits& limits,
-                                     int max_concurrent_requests,
-                                     std::string shm_prefix,
-                                     const RingOptions& rings)
+MatmulServiceImpl::MatmulServiceImpl(
+    std::vector<DeviceLane>& lanes, ServerMetrics& metrics,
+    RegionRegistry& registry, const ValidationLimits& limits,
+    int max_concurrent_requests, int max_in_flight_per_client,
+    std::string shm_prefix, const RingOptions& rings)
     : lanes_(lanes),
       metrics_(metrics),
       registry_(registry),
       limits_(limits),
       max_concurrent_requests_(max_concurrent_requests),
+      client_quota_(max_in_flight_per_client),
       shm_prefix_(std::move(shm_prefix)),
       ring_options_(rings) {}
 
@@ -73,8 +74,37 @@ DeviceLane& MatmulServiceImpl::LaneFor(
 }
 
 CallControl GrpcCallControl(grpc::CallbackServerContext* context) {
-  return CallControl{.deadline = absl::FromChrono(context->deadline()),
-                     .cancelled = [context] { return context->IsCancelled(); }};
+  CallControl control{
+      .deadline = absl::FromChrono(context->deadline()),
+      .cancelled = [context] { return context->IsCancelled(); }};
+  const std::string peer = context->peer();
+  if (absl::StatusOr<LocalPeer> local = LocalPeerOf(peer); local.ok()) {
+    control.caller = local->credentials;
+    control.client_key = ClientKey(local->credentials);
+  } else {
+    control.client_key = ClientKey(peer);
+  }
+  return control;
+}
+
+namespace {
+
+bool UsesRegions(const v1::MatmulRequest& request) {
+  return !request.session_id().empty() || request.a().has_region() ||
+         request.b().has_region() || request.c().has_region();
+}
+
+}  // namespace
+
+absl::Status MatmulServiceImpl::CheckRegionAccess(
+    const CallControl& control, const v1::MatmulRequest& request) const {
+  if (!UsesRegions(request)) return absl::OkStatus();
+  if (!control.caller.has_value()) {
+    return absl::PermissionDeniedError(
+        "region operands are for clients on the daemon's host: connect "
+        "through its unix socket, or send the tensors inline");
+  }
+  return registry_.CheckOwner(request.session_id(), *control.caller);
 }
 
 void MatmulServiceImpl::Submit(CallControl control,
@@ -84,16 +114,33 @@ void MatmulServiceImpl::Submit(CallControl control,
   const absl::Time accepted = absl::Now();
   metrics_.RequestStarted();
   // Every path ends here: count the outcome, then answer.
-  auto finish = [this, done = std::move(done)](absl::Status status) mutable {
-    metrics_.CountRequest(status.code());
-    metrics_.RequestFinished();
-    std::move(done)(std::move(status));
-  };
+  absl::AnyInvocable<void(absl::Status)> finish =
+      [this, done = std::move(done)](absl::Status status) mutable {
+        metrics_.CountRequest(status.code());
+        metrics_.RequestFinished();
+        std::move(done)(std::move(status));
+      };
   if (control.deadline <= accepted) {
     finish(absl::DeadlineExceededError(
         "the request's deadline had passed when it arrived"));
     return;
   }
+  if (absl::Status access = CheckRegionAccess(control, *request);
+      !access.ok()) {
+    finish(std::move(access));
+    return;
+  }
+  if (absl::Status share = client_quota_.Acquire(control.client_key);
+      !share.ok()) {
+    finish(std::move(share));
+    return;
+  }
+  // From here on the request holds a place in its client's quota.
+  finish = [this, key = control.client_key,
+            finish = std::move(finish)](absl::Status status) mutable {
+    client_quota_.Release(key);
+    std::move(finish)(std::move(status));
+  };
   absl::StatusOr<MatmulPlan> plan = ValidateRequest(*request, limits_);
   if (!plan.ok()) {
     finish(plan.status());
@@ -156,13 +203,19 @@ MatmulServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
 }
 
 grpc::ServerWriteReactor<v1::SessionEvent>* MatmulServiceImpl::OpenSession(
-    grpc::CallbackServerContext* /*context*/,
+    grpc::CallbackServerContext* context,
     const v1::OpenSessionRequest* request) {
-  auto* reactor = new SessionReactor(registry_, request->client_name(),
-                                     [this](SessionReactor* done) {
-                                       absl::MutexLock lock(&sessions_mu_);
-                                       sessions_.erase(done);
-                                     });
+  absl::StatusOr<LocalPeer> peer = LocalPeerOf(context->peer());
+  if (!peer.ok()) {
+    return new RefusedWriteReactor<v1::SessionEvent>(
+        ToGrpcStatus(peer.status()));
+  }
+  auto* reactor =
+      new SessionReactor(registry_, request->client_name(), peer->credentials,
+                         [this](SessionReactor* done) {
+                           absl::MutexLock lock(&sessions_mu_);
+                           sessions_.erase(done);
+                         });
   absl::MutexLock lock(&sessions_mu_);
   sessions_.insert(reactor);
   return reactor;
@@ -178,31 +231,46 @@ void MatmulServiceImpl::CloseAllSessions() {
 }
 
 grpc::ServerWriteReactor<v1::RingEvent>* MatmulServiceImpl::AttachRing(
-    grpc::CallbackServerContext* /*context*/,
+    grpc::CallbackServerContext* context,
     const v1::AttachRingRequest* request) {
   auto refuse = [](const absl::Status& status) {
-    return new RefusedRingReactor(ToGrpcStatus(status));
+    return new RefusedWriteReactor<v1::RingEvent>(ToGrpcStatus(status));
+  };
+  absl::StatusOr<LocalPeer> peer = LocalPeerOf(context->peer());
+  if (!peer.ok()) return refuse(peer.status());
+  const std::string& session_id = request->session_id();
+  // The session's quota is taken before the ring is mapped, and given back
+  // on every path that does not end in an attached ring.
+  if (absl::Status place = registry_.AddRing(session_id, peer->credentials);
+      !place.ok()) {
+    return refuse(place);
+  }
+  auto refuse_and_release = [&](const absl::Status& status) {
+    registry_.RemoveRing(session_id);
+    return refuse(status);
   };
   absl::StatusOr<std::unique_ptr<AttachedRing>> ring =
       AttachedRing::Open(*request, shm_prefix_);
-  if (!ring.ok()) return refuse(ring.status());
+  if (!ring.ok()) return refuse_and_release(ring.status());
   absl::MutexLock lock(&sessions_mu_);
   if (closing_) {
-    return refuse(absl::UnavailableError("the server is shutting down"));
+    return refuse_and_release(
+        absl::UnavailableError("the server is shutting down"));
   }
   if (static_cast<int>(rings_.size()) >= ring_options_.max_rings) {
-    return refuse(absl::ResourceExhaustedError(absl::StrCat(
+    return refuse_and_release(absl::ResourceExhaustedError(absl::StrCat(
         ring_options_.max_rings,
         " rings are attached already (--max_rings); detach one or raise "
         "the limit")));
   }
-  auto* reactor =
-      new RingReactor(*this, *std::move(ring), request->session_id(),
-                      ring_options_.poll_spin, [this](RingReactor* done) {
-                        metrics_.RingDetached();
-                        absl::MutexLock lock(&sessions_mu_);
-                        rings_.erase(done);
-                      });
+  auto* reactor = new RingReactor(*this, *std::move(ring), session_id,
+                                  peer->credentials, ring_options_.poll_spin,
+                                  [this, session_id](RingReactor* done) {
+                                    metrics_.RingDetached();
+                                    registry_.RemoveRing(session_id);
+                                    absl::MutexLock lock(&sessions_mu_);
+                                    rings_.erase(done);
+                                  });
   rings_.insert(reactor);
   metrics_.RingAttached();
   return reactor;
@@ -213,6 +281,16 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::RegisterRegion(
     const v1::RegisterRegionRequest* request,
     v1::RegisterRegionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<LocalPeer> peer =
+      LocalPeerOf(context->peer(), /*with_pidfd=*/true);
+  // Nothing is opened for a caller that does not own the session.
+  absl::Status access =
+      peer.ok() ? registry_.CheckOwner(request->session_id(), peer->credentials)
+                : peer.status();
+  if (!access.ok()) {
+    reactor->Finish(ToGrpcStatus(access));
+    return reactor;
+  }
   absl::StatusOr<std::unique_ptr<Region>> region =
       LaneFor(*request).region_opener->Open(*request);
   if (!region.ok()) {
@@ -220,8 +298,8 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::RegisterRegion(
     return reactor;
   }
   const int64_t size = (*region)->size_bytes();
-  absl::StatusOr<std::string> id =
-      registry_.Add(request->session_id(), *std::move(region));
+  absl::StatusOr<std::string> id = registry_.Add(
+      request->session_id(), peer->credentials, *std::move(region));
   if (id.ok()) {
     response->set_region_id(*id);
     response->set_size_bytes(static_cast<uint64_t>(size));
@@ -235,8 +313,13 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::UnregisterRegion(
     const v1::UnregisterRegionRequest* request,
     v1::UnregisterRegionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<bool> deferred =
-      registry_.Remove(request->session_id(), request->region_id());
+  absl::StatusOr<LocalPeer> peer = LocalPeerOf(context->peer());
+  if (!peer.ok()) {
+    reactor->Finish(ToGrpcStatus(peer.status()));
+    return reactor;
+  }
+  absl::StatusOr<bool> deferred = registry_.Remove(
+      request->session_id(), peer->credentials, request->region_id());
   if (deferred.ok()) response->set_deferred(*deferred);
   reactor->Finish(ToGrpcStatus(deferred.status()));
   return reactor;
@@ -246,8 +329,13 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::ListRegions(
     grpc::CallbackServerContext* context, const v1::ListRegionsRequest* request,
     v1::ListRegionsResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<LocalPeer> peer = LocalPeerOf(context->peer());
+  if (!peer.ok()) {
+    reactor->Finish(ToGrpcStatus(peer.status()));
+    return reactor;
+  }
   absl::StatusOr<std::vector<RegionSummary>> regions =
-      registry_.List(request->session_id());
+      registry_.List(request->session_id(), peer->credentials);
   if (regions.ok()) {
     for (const RegionSummary& summary : *regions) {
       v1::RegionInfo* info = response->add_regions();

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "kernels/gemm_backend.h"
 #include "matmul/v1/matmul.grpc.pb.h"
+#include "server/client_quota.h"
 #include "server/device_lane.h"
 #include "server/metrics.h"
 #include "server/pending_product.h"
@@ -24,16 +25,17 @@
 namespace matmul {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
-// The deadline and cancellation of a gRPC call.
+// The deadline, cancellation and caller of a gRPC call.
 CallControl GrpcCallControl(grpc::CallbackServerContext* context);
 
 class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
  public:
   // `lanes` (at least one) must outlive the service.
+  // `max_in_flight_per_client` bounds each client's share (ClientQuota).
   MatmulServiceImpl(std::vector<DeviceLane>& lanes, ServerMetrics& metrics,
                     RegionRegistry& registry, const ValidationLimits& limits,
-                    int max_concurrent_requests, std::string shm_prefix,
-                    const RingOptions& rings);
+                    int max_concurrent_requests, int max_in_flight_per_client,
+                    std::string shm_prefix, const RingOptions& rings);
 
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
                                    const v1::MatmulRequest* request,
@@ -80,6 +82,10 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
               absl::AnyInvocable<void(absl::Status) &&> done);
 
  private:
+  // OK for a request without region operands; otherwise the caller must
+  // be local and own the request's session.
+  absl::Status CheckRegionAccess(const CallControl& control,
+                                 const v1::MatmulRequest& request) const;
   // The lane a product runs on: the GPU that holds its region operands,
   // else the least loaded lane. FAILED_PRECONDITION when no lane serves
   // the regions' device.
@@ -93,6 +99,7 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
   RegionRegistry& registry_;
   const ValidationLimits limits_;
   const int max_concurrent_requests_;
+  ClientQuota client_quota_;
   const std::string shm_prefix_;
   const RingOptions ring_options_;
 

@@ -5,6 +5,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
@@ -13,6 +15,7 @@
 #include "server/bound_operands.h"
 #include "server/executor.h"
 #include "server/request_validation.h"
+#include "server/transport/peer_credentials.h"
 
 namespace matmul {
 
@@ -23,6 +26,11 @@ struct CallControl {
   // True once the caller stopped waiting (the call was cancelled, the
   // client went away): the request is dropped before it runs. May be empty.
   std::function<bool()> cancelled;
+  // The calling process, as the kernel names it; absent over TCP, where
+  // region operands are refused.
+  std::optional<PeerCredentials> caller;
+  // Whose share of the in-flight quota the request takes (ClientKey).
+  std::string client_key;
 };
 
 struct PendingProduct {

@@ -4,9 +4,10 @@ namespace matmul {
 
 SessionReactor::SessionReactor(RegionRegistry& registry,
                                const std::string& client_name,
+                               const PeerCredentials& owner,
                                std::function<void(SessionReactor*)> on_done)
     : registry_(registry),
-      session_id_(registry.OpenSession(client_name)),
+      session_id_(registry.OpenSession(client_name, owner)),
       on_done_(std::move(on_done)) {
   event_.set_session_id(session_id_);
   StartWrite(&event_);

@@ -14,13 +14,16 @@
 #include "absl/synchronization/mutex.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/regions/region_registry.h"
+#include "server/transport/peer_credentials.h"
 
 namespace matmul {
 
 class SessionReactor final : public grpc::ServerWriteReactor<v1::SessionEvent> {
  public:
   // `on_done` runs last, from OnDone (the service forgets the reactor).
+  // The session belongs to `owner`, the process that opened it.
   SessionReactor(RegionRegistry& registry, const std::string& client_name,
+                 const PeerCredentials& owner,
                  std::function<void(SessionReactor*)> on_done);
 
   // Ends the stream (daemon shutdown). Safe to call more than once and

@@ -20,10 +20,23 @@
 
 namespace matmul {
 
+// A directory of this test process's own (0700): the daemon refuses to
+// put its socket where other users could replace it, as in /tmp itself.
+inline const std::string& PrivateSocketDirectory() {
+  static const std::string* directory = [] {
+    std::string pattern = ::testing::TempDir() + "/matmul-test-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp " << pattern;
+    }
+    return new std::string(pattern);
+  }();
+  return *directory;
+}
+
 // A fresh socket path per call: tests in one binary never share a daemon.
 inline std::string FreshSocketPath() {
   static std::atomic<int> counter{0};
-  return absl::StrCat(::testing::TempDir(), "/matmul-", getpid(), "-",
+  return absl::StrCat(PrivateSocketDirectory(), "/matmul-",
                       counter.fetch_add(1), ".sock");
 }
 

@@ -21,9 +21,12 @@ std::string RandomId() {
       absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
-std::string RegionRegistry::OpenSession(const std::string& client_name) {
+std::string RegionRegistry::OpenSession(const std::string& client_name,
+                                        const PeerCredentials& owner) {
   auto session = std::make_unique<Session>();
   session->client_name = client_name;
+  session->owner = owner;
+  session->owner.pidfd = -1;  // borrowed for the call only
   std::string id = RandomId();
   absl::MutexLock lock(&mu_);
   sessions_.emplace(id, std::move(session));
@@ -50,12 +53,30 @@ absl::StatusOr<RegionRegistry::Session*> RegionRegistry::FindSession(
   return it->second.get();
 }
 
+absl::StatusOr<RegionRegistry::Session*> RegionRegistry::FindOwnSession(
+    const std::string& session_id, const PeerCredentials& caller) const {
+  ASSIGN_OR_RETURN(Session * session, FindSession(session_id));
+  if (!session->owner.same_process(caller)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("session '", session_id, "' belongs to another process (",
+                     session->owner.DebugString(), "; this call came from ",
+                     caller.DebugString(), "); open a session of your own"));
+  }
+  return session;
+}
+
+absl::Status RegionRegistry::CheckOwner(const std::string& session_id,
+                                        const PeerCredentials& caller) const {
+  absl::ReaderMutexLock lock(&mu_);
+  return FindOwnSession(session_id, caller).status();
+}
+
 absl::StatusOr<std::string> RegionRegistry::Add(
-    const std::string& session_id, std::shared_ptr<Region> region) {
+    const std::string& session_id, const PeerCredentials& caller,
+    std::shared_ptr<Region> region) {
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = FindSession(session_id);
-  if (!session.ok()) return session.status();
-  Session& s = **session;
+  ASSIGN_OR_RETURN(Session * session, FindOwnSession(session_id, caller));
+  Session& s = *session;
   if (static_cast<int>(s.regions.size()) >= options_.max_regions_per_session) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the session already has ", s.regions.size(),
@@ -85,10 +106,11 @@ RegionRegistry::FindRegionIn(Session& session, const std::string& region_id) {
 }
 
 absl::StatusOr<bool> RegionRegistry::Remove(const std::string& session_id,
+                                            const PeerCredentials& caller,
                                             const std::string& region_id) {
   std::shared_ptr<Region> removed;  // released outside the lock
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Session * session, FindSession(session_id));
+  ASSIGN_OR_RETURN(Session * session, FindOwnSession(session_id, caller));
   ASSIGN_OR_RETURN(RegionMap::iterator entry,
                    FindRegionIn(*session, region_id));
   removed = std::move(entry->second);
@@ -107,16 +129,35 @@ absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Find(
 }
 
 absl::StatusOr<std::vector<RegionSummary>> RegionRegistry::List(
-    const std::string& session_id) const {
+    const std::string& session_id, const PeerCredentials& caller) const {
   absl::ReaderMutexLock lock(&mu_);
-  absl::StatusOr<Session*> session = FindSession(session_id);
-  if (!session.ok()) return session.status();
+  ASSIGN_OR_RETURN(Session * session, FindOwnSession(session_id, caller));
   std::vector<RegionSummary> out;
-  for (const auto& [id, region] : (*session)->regions) {
+  for (const auto& [id, region] : session->regions) {
     out.push_back({id, region->kind(), region->size_bytes(),
                    static_cast<int>(region.use_count() - 1)});
   }
   return out;
+}
+
+absl::Status RegionRegistry::AddRing(const std::string& session_id,
+                                     const PeerCredentials& caller) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Session * session, FindOwnSession(session_id, caller));
+  if (session->rings >= options_.max_rings_per_session) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the session has ", session->rings,
+        " request rings attached already, the most one session may "
+        "(--max_rings_per_session); detach one first"));
+  }
+  ++session->rings;
+  return absl::OkStatus();
+}
+
+void RegionRegistry::RemoveRing(const std::string& session_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(session_id);
+  if (it != sessions_.end() && it->second->rings > 0) --it->second->rings;
 }
 
 int RegionRegistry::session_count() const {

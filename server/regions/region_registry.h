@@ -1,9 +1,11 @@
 // Sessions and the regions registered in them. A session is one client
-// process (it holds an OpenSession stream open for its lifetime); a region
-// belongs to exactly one session and is visible to no other. Ids are 128
-// random bits from the kernel, so they cannot be guessed. Lookups hand out
-// shared ownership: a region removed while requests use it is released when
-// the last of them lets go.
+// process (it holds an OpenSession stream open for its lifetime) and belongs
+// to that process: calls from any other process (by the kernel's account of
+// the caller, PeerCredentials) are refused. A region belongs to exactly one
+// session and is visible to no other. Ids are 128 random bits from the
+// kernel, so they cannot be guessed. Lookups hand out shared ownership: a
+// region removed while requests use it is released when the last of them
+// lets go.
 #ifndef MATMUL_SERVER_REGIONS_REGION_REGISTRY_H_
 #define MATMUL_SERVER_REGIONS_REGION_REGISTRY_H_
 
@@ -16,12 +18,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/regions/region.h"
+#include "server/transport/peer_credentials.h"
 
 namespace matmul {
 
 struct RegionRegistryOptions {
   int max_regions_per_session = 4096;
   int64_t max_bytes_per_session = int64_t{1} << 40;
+  int max_rings_per_session = 4;
 };
 
 struct RegionSummary {
@@ -36,21 +40,37 @@ class RegionRegistry {
   explicit RegionRegistry(const RegionRegistryOptions& options)
       : options_(options) {}
 
-  std::string OpenSession(const std::string& client_name);
+  std::string OpenSession(const std::string& client_name,
+                          const PeerCredentials& owner);
   // Drops every region of the session (each freed once unused).
   void CloseSession(const std::string& session_id);
 
-  // NOT_FOUND for an unknown session, RESOURCE_EXHAUSTED over the quota.
+  // OK when `caller` is the process that opened the session; NOT_FOUND for
+  // an unknown session, PERMISSION_DENIED for any other process. Every
+  // call below that takes a caller checks this first.
+  absl::Status CheckOwner(const std::string& session_id,
+                          const PeerCredentials& caller) const;
+
+  // RESOURCE_EXHAUSTED over the quota.
   absl::StatusOr<std::string> Add(const std::string& session_id,
+                                  const PeerCredentials& caller,
                                   std::shared_ptr<Region> region);
   // Returns whether requests in flight defer the release.
   absl::StatusOr<bool> Remove(const std::string& session_id,
+                              const PeerCredentials& caller,
                               const std::string& region_id);
-  // NOT_FOUND unless the region is registered in this very session.
+  absl::StatusOr<std::vector<RegionSummary>> List(
+      const std::string& session_id, const PeerCredentials& caller) const;
+  // Counts a request ring against the session's quota (RESOURCE_EXHAUSTED
+  // beyond max_rings_per_session); RemoveRing gives the place back.
+  absl::Status AddRing(const std::string& session_id,
+                       const PeerCredentials& caller);
+  void RemoveRing(const std::string& session_id);
+
+  // NOT_FOUND unless the region is registered in this very session. The
+  // caller was checked with CheckOwner when the request was accepted.
   absl::StatusOr<std::shared_ptr<Region>> Find(
       const std::string& session_id, const std::string& region_id) const;
-  absl::StatusOr<std::vector<RegionSummary>> List(
-      const std::string& session_id) const;
 
   int session_count() const;
   int region_count() const;
@@ -59,11 +79,17 @@ class RegionRegistry {
   using RegionMap = absl::flat_hash_map<std::string, std::shared_ptr<Region>>;
   struct Session {
     std::string client_name;
+    PeerCredentials owner;
     int64_t bytes = 0;
+    int rings = 0;
     RegionMap regions;
   };
 
   absl::StatusOr<Session*> FindSession(const std::string& session_id) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // FindSession, then PERMISSION_DENIED unless `caller` owns it.
+  absl::StatusOr<Session*> FindOwnSession(const std::string& session_id,
+                                          const PeerCredentials& caller) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // The region's entry in `session`; NOT_FOUND when it has none.
   static absl::StatusOr<RegionMap::iterator> FindRegionIn(

@@ -2,16 +2,19 @@
 
 #include "absl/time/clock.h"
 #include "server/matmul_service.h"
+#include "server/transport/peer_identity.h"
 
 namespace matmul {
 
 RingReactor::RingReactor(MatmulServiceImpl& service,
                          std::shared_ptr<AttachedRing> ring,
-                         std::string session_id, absl::Duration spin,
+                         std::string session_id, const PeerCredentials& owner,
+                         absl::Duration spin,
                          std::function<void(RingReactor*)> on_done)
     : service_(service),
       ring_(std::move(ring)),
       session_id_(std::move(session_id)),
+      owner_(owner),
       spin_(spin),
       on_done_(std::move(on_done)) {
   event_.set_slot_count(ring_->slot_count());
@@ -81,6 +84,8 @@ void RingReactor::Dispatch(uint32_t slot) {
   CallControl control;
   if (timeout > absl::ZeroDuration()) control.deadline = absl::Now() + timeout;
   control.cancelled = [ring = ring_.get()] { return ring->client_gone(); };
+  control.caller = owner_;
+  control.client_key = ClientKey(owner_);
   RingCall* raw = call.get();
   service_.Submit(
       std::move(control), raw->request, raw->response,

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/ring/attached_ring.h"
+#include "server/transport/peer_credentials.h"
 
 namespace matmul {
 
@@ -40,10 +41,11 @@ struct RingOptions {
 
 class RingReactor final : public grpc::ServerWriteReactor<v1::RingEvent> {
  public:
-  // `ring` is open; `on_done` runs last, from OnDone.
+  // `ring` is open; `owner` is the process that attached it (its requests
+  // act as that caller); `on_done` runs last, from OnDone.
   RingReactor(MatmulServiceImpl& service, std::shared_ptr<AttachedRing> ring,
-              std::string session_id, absl::Duration spin,
-              std::function<void(RingReactor*)> on_done);
+              std::string session_id, const PeerCredentials& owner,
+              absl::Duration spin, std::function<void(RingReactor*)> on_done);
 
   // Ends the stream (daemon shutdown). Safe to call more than once and
   // concurrently with the client going away.
@@ -62,6 +64,7 @@ class RingReactor final : public grpc::ServerWriteReactor<v1::RingEvent> {
   // the mapping after the stream may have ended.
   const std::shared_ptr<AttachedRing> ring_;
   const std::string session_id_;
+  const PeerCredentials owner_;
   const absl::Duration spin_;
   std::function<void(RingReactor*)> on_done_;
   v1::RingEvent event_;
