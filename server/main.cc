@@ -249,6 +249,9 @@ int main(int argc, char** argv) {
   }
   options.unix_socket.allow_shared_directory =
       absl::GetFlag(FLAGS_allow_shared_socket_dir);
+  // The default socket's directory (/run/matmul) is the daemon's to make.
+  options.unix_socket.create_directory =
+      options.listen == absl::GetFlag(FLAGS_listen);
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

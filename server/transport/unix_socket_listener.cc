@@ -34,8 +34,8 @@ absl::StatusOr<sockaddr_un> SocketAddress(const std::string& path) {
   return address;
 }
 
-// The directory must exist (the daemon makes the last component, 0755, if
-// it can) and must not let others replace what is in it.
+// The directory must exist (or be made, when asked) and must not let
+// others replace what is in it.
 absl::Status CheckDirectory(const std::string& path,
                             const UnixSocketOptions& options) {
   const size_t slash = path.rfind('/');
@@ -43,7 +43,8 @@ absl::Status CheckDirectory(const std::string& path,
       slash == std::string::npos ? "."
                                  : (slash == 0 ? "/" : path.substr(0, slash));
   struct stat info {};
-  if (stat(directory.c_str(), &info) != 0 && errno == ENOENT) {
+  if (options.create_directory && stat(directory.c_str(), &info) != 0 &&
+      errno == ENOENT) {
     if (mkdir(directory.c_str(), 0755) != 0 && errno != EEXIST) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the socket's directory ", directory,
@@ -52,8 +53,10 @@ absl::Status CheckDirectory(const std::string& path,
     }
   }
   if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the socket's directory ", directory, " is not a directory"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the socket's directory ", directory,
+                     " does not exist or is not a directory (create it, or "
+                     "pick another path with --listen=unix:/path)"));
   }
   if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
       !options.allow_shared_directory) {
@@ -161,13 +164,16 @@ absl::StatusOr<std::unique_ptr<UnixSocketListener>> UnixSocketListener::Create(
   if (listen(socket_fd.get(), SOMAXCONN) != 0) return fail("cannot listen on");
   UniqueFd wake(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!wake.valid()) return fail("eventfd for");
-  return std::unique_ptr<UnixSocketListener>(
-      new UnixSocketListener(path, std::move(socket_fd), std::move(wake)));
+  struct stat bound_file {};
+  if (stat(path.c_str(), &bound_file) != 0) return fail("cannot stat");
+  return std::unique_ptr<UnixSocketListener>(new UnixSocketListener(
+      path, bound_file.st_ino, std::move(socket_fd), std::move(wake)));
 }
 
-UnixSocketListener::UnixSocketListener(std::string path, UniqueFd socket,
-                                       UniqueFd wake)
+UnixSocketListener::UnixSocketListener(std::string path, ino_t inode,
+                                       UniqueFd socket, UniqueFd wake)
     : path_(std::move(path)),
+      inode_(inode),
       socket_(std::move(socket)),
       wake_(std::move(wake)) {}
 
@@ -210,7 +216,11 @@ void UnixSocketListener::Stop() {
     acceptor_.join();
   }
   socket_.reset();
-  unlink(path_.c_str());
+  // Only our own socket: a file put there since is someone else's.
+  struct stat info {};
+  if (lstat(path_.c_str(), &info) == 0 && info.st_ino == inode_) {
+    unlink(path_.c_str());
+  }
 }
 
 }  // namespace matmul

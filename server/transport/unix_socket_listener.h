@@ -29,6 +29,9 @@ struct UnixSocketOptions {
   // with their own (and read every tensor clients send): refused unless
   // this is set.
   bool allow_shared_directory = false;
+  // Make the socket's directory (0755) when it is missing: for the default
+  // path (/run/matmul), not for one the operator named.
+  bool create_directory = false;
 };
 
 class UnixSocketListener {
@@ -55,10 +58,12 @@ class UnixSocketListener {
   const std::string& path() const { return path_; }
 
  private:
-  UnixSocketListener(std::string path, UniqueFd socket, UniqueFd wake);
+  UnixSocketListener(std::string path, ino_t inode, UniqueFd socket,
+                     UniqueFd wake);
   void AcceptLoop(const std::function<void(int fd)>& on_connection);
 
   const std::string path_;
+  const ino_t inode_;  // of the socket file bound, to remove only that one
   UniqueFd socket_;
   UniqueFd wake_;  // an eventfd that ends the accept loop
   std::thread acceptor_;
