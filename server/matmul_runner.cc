@@ -58,6 +58,12 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   std::vector<RequestRecord> records;
   records.reserve(live.size());
   for (PendingProduct* product : live) {
+    // A region that faulted while the product ran fed it zeros.
+    if (absl::Status intact = product->operands->CheckRegionsIntact();
+        !intact.ok()) {
+      std::move(product->finish)(std::move(intact));
+      continue;
+    }
     const GemmProblem& p = product->plan.problem;
     v1::MatmulResponse* response = product->response;
     response->set_request_id(product->request->request_id());

@@ -183,8 +183,10 @@ grpc::ServerWriteReactor<v1::RingEvent>* MatmulServiceImpl::AttachRing(
   auto refuse = [](const absl::Status& status) {
     return new RefusedRingReactor(ToGrpcStatus(status));
   };
+  // TODO(lead): peer from transport
+  const PeerCredentials peer{getpid(), getuid(), getgid()};
   absl::StatusOr<std::unique_ptr<AttachedRing>> ring =
-      AttachedRing::Open(*request, shm_prefix_);
+      AttachedRing::Open(*request, shm_prefix_, peer);
   if (!ring.ok()) return refuse(ring.status());
   absl::MutexLock lock(&sessions_mu_);
   if (closing_) {
@@ -213,8 +215,10 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::RegisterRegion(
     const v1::RegisterRegionRequest* request,
     v1::RegisterRegionResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  // TODO(lead): peer from transport
+  const PeerCredentials peer{getpid(), getuid(), getgid()};
   absl::StatusOr<std::unique_ptr<Region>> region =
-      LaneFor(*request).region_opener->Open(*request);
+      LaneFor(*request).region_opener->Open(*request, peer);
   if (!region.ok()) {
     reactor->Finish(ToGrpcStatus(region.status()));
     return reactor;
