@@ -95,8 +95,10 @@ void ForwardToPrevious(int signal, siginfo_t* info, void* context) {
 
 void HandleSigbus(int signal, siginfo_t* info, void* context) {
   const int saved_errno = errno;
-  // Only faults (si_code > 0) have an address; kill(SIGBUS) has none.
-  const bool ours = info != nullptr && info->si_code > 0 &&
+  // Only an access to a page the object no longer has (BUS_ADRERR) is
+  // cured by zero pages; an alignment fault would recur forever, and a
+  // hardware memory error or kill(SIGBUS) is not a client's doing.
+  const bool ours = info != nullptr && info->si_code == BUS_ADRERR &&
                     RemapIfGuarded(reinterpret_cast<uintptr_t>(info->si_addr));
   if (!ours) ForwardToPrevious(signal, info, context);
   errno = saved_errno;

@@ -2,12 +2,12 @@
 // that shrinks (ftruncate) a shm object the daemon maps makes every access
 // past the new end raise SIGBUS, on whichever thread touches it: a poller,
 // a worker, an OpenBLAS thread. A SigbusGuard registers one mapping with a
-// process-wide SIGBUS handler; a fault inside a registered range replaces
-// the whole range with private zero pages (the faulting instruction then
-// re-runs and succeeds), and marks the guard faulted so that its owner can
-// refuse whatever used the memory. A fault anywhere else goes to the
-// handler that was there before (by default: the process dies of SIGBUS,
-// as it would have without us).
+// process-wide SIGBUS handler; an access past the object's end (BUS_ADRERR)
+// inside a registered range replaces the whole range with private zero
+// pages (the faulting instruction then re-runs and succeeds) and marks the
+// guard faulted, so that its owner can refuse whatever used the memory.
+// Any other SIGBUS goes to the handler that was there before (by default:
+// the process dies of SIGBUS, as it would have without us).
 //
 // The owner of a mapping creates the guard after mmap and destroys it
 // before munmap, so that the handler never remaps an address range that

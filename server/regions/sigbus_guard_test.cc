@@ -175,6 +175,9 @@ class SigbusGuardDeathTest : public ::testing::Test {
 TEST_F(SigbusGuardDeathTest, AFaultOutsideEveryGuardStillKills) {
   EXPECT_EXIT(
       {
+        // What a daemon starts with (a sanitizer runtime may have put its
+        // own reporter there).
+        signal(SIGBUS, SIG_DFL);
         MappedMemfd guarded(/*pages=*/2);
         auto guard = SigbusGuard::Create(guarded.data(), guarded.bytes());
         if (!guard.ok()) _exit(3);
@@ -189,6 +192,7 @@ TEST_F(SigbusGuardDeathTest, AFaultOutsideEveryGuardStillKills) {
 TEST_F(SigbusGuardDeathTest, AReleasedGuardNoLongerProtects) {
   EXPECT_EXIT(
       {
+        signal(SIGBUS, SIG_DFL);
         MappedMemfd mapped(/*pages=*/2);
         {
           auto guard = SigbusGuard::Create(mapped.data(), mapped.bytes());
@@ -196,6 +200,19 @@ TEST_F(SigbusGuardDeathTest, AReleasedGuardNoLongerProtects) {
         }
         mapped.Truncate();
         ReadAll(mapped.data(), mapped.bytes());
+        _exit(0);  // not reached
+      },
+      ::testing::KilledBySignal(SIGBUS), "");
+}
+
+TEST_F(SigbusGuardDeathTest, ASentSigbusStillKills) {
+  EXPECT_EXIT(
+      {
+        signal(SIGBUS, SIG_DFL);
+        MappedMemfd guarded(/*pages=*/2);
+        auto guard = SigbusGuard::Create(guarded.data(), guarded.bytes());
+        if (!guard.ok()) _exit(3);
+        raise(SIGBUS);
         _exit(0);  // not reached
       },
       ::testing::KilledBySignal(SIGBUS), "");
