@@ -58,7 +58,8 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   std::vector<RequestRecord> records;
   records.reserve(live.size());
   for (PendingProduct* product : live) {
-    // A region that faulted while the product ran fed it zeros.
+    // A region whose segment shrank while the product ran may have fed it
+    // zeros, or swallowed its result.
     if (absl::Status intact = product->operands->CheckRegionsIntact();
         !intact.ok()) {
       std::move(product->finish)(std::move(intact));

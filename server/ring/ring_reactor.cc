@@ -23,8 +23,9 @@ void RingReactor::Poll() {
   absl::Time last_work = absl::Now();
   while (!stop_.load(std::memory_order_relaxed)) {
     if (ring_->faulted()) {
-      // The client shrank the ring under us: what the mapping holds now is
-      // not theirs. Queued requests are dropped and the stream says why.
+      // The client shrank the ring's segment: the mapping is private zeros
+      // now, shared with nobody. Queued requests are dropped and the
+      // stream says why.
       ring_->MarkClientGone();
       const absl::Status status = ring_->FaultedStatus();
       Close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
