@@ -38,6 +38,11 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Region> region,
                    registry.Find(session_id, checked.region_id));
+  if (absl::Status intact = region->CheckIntact(); !intact.ok()) {
+    return absl::Status(intact.code(),
+                        absl::StrCat(name, " is in region '", checked.region_id,
+                                     "': ", intact.message()));
+  }
   const uint64_t size = static_cast<uint64_t>(region->size_bytes());
   if (checked.offset_bytes > size ||
       static_cast<uint64_t>(checked.extent_bytes) >
@@ -73,6 +78,13 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
     regions_.push_back(region);
   }
   return static_cast<const char*>(base) + checked.offset_bytes;
+}
+
+absl::Status BoundOperands::CheckRegionsIntact() const {
+  for (const std::shared_ptr<Region>& region : regions_) {
+    RETURN_IF_ERROR(region->CheckIntact());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::Bind(

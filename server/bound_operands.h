@@ -30,7 +30,8 @@ class BoundOperands {
   // memory. NOT_FOUND for an unknown session or region,
   // INVALID_ARGUMENT for an extent outside its region or an output that
   // overlaps an input, FAILED_PRECONDITION for a region the backend cannot
-  // address or regions on two different GPUs.
+  // address, regions on two different GPUs or a region that is no longer
+  // intact (Region::CheckIntact).
   static absl::StatusOr<std::unique_ptr<BoundOperands>> Bind(
       const MatmulPlan& plan, const v1::MatmulRequest& request,
       const RegionRegistry& registry, bool device_pointers);
@@ -46,6 +47,10 @@ class BoundOperands {
   bool on_device() const { return on_device_; }
   // The CUDA device of the operands' GPU regions; -1 when none is on one.
   int cuda_device() const { return cuda_device_; }
+  // Region::CheckIntact of every region the operands are in: call it after
+  // the product ran, and answer its status instead of the result when it
+  // is not OK (the product may have read zeros for the client's data).
+  absl::Status CheckRegionsIntact() const;
   // Moves the inline result out (empty when the output is in a region).
   std::string TakeOutput() { return std::move(output_); }
 

@@ -113,6 +113,11 @@ ABSL_FLAG(int, max_metric_shapes, 64,
 ABSL_FLAG(std::string, shm_prefix, "matmul",
           "Shared-memory regions must be named with this prefix (POSIX shm "
           "names, no '/'), so clients can reach no other shm object.");
+ABSL_FLAG(bool, allow_other_shm_owners, false,
+          "Serve shared-memory segments and request rings whose owner is "
+          "not the calling user (by default a segment must belong to its "
+          "caller, or the caller be root): only where every local user "
+          "may read every other's tensors.");
 ABSL_FLAG(int, max_regions_per_session, 4096,
           "Regions one session (client) may register at once.");
 ABSL_FLAG(int64_t, max_region_bytes_per_session, int64_t{1} << 40,
@@ -274,6 +279,7 @@ int main(int argc, char** argv) {
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.limits.max_dimension = absl::GetFlag(FLAGS_max_dimension);
   options.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);
+  options.allow_other_shm_owners = absl::GetFlag(FLAGS_allow_other_shm_owners);
   options.rings.poll_spin =
       absl::Microseconds(absl::GetFlag(FLAGS_ring_poll_spin_us));
   options.rings.max_rings = absl::GetFlag(FLAGS_max_rings);

@@ -58,6 +58,13 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   std::vector<RequestRecord> records;
   records.reserve(live.size());
   for (PendingProduct* product : live) {
+    // A region whose segment shrank while the product ran may have fed it
+    // zeros, or swallowed its result.
+    if (absl::Status intact = product->operands->CheckRegionsIntact();
+        !intact.ok()) {
+      std::move(product->finish)(std::move(intact));
+      continue;
+    }
     const GemmProblem& p = product->plan.problem;
     v1::MatmulResponse* response = product->response;
     response->set_request_id(product->request->request_id());

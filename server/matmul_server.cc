@@ -114,6 +114,7 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     lane.backend = std::move(backend);
     RegionOpenOptions region_options;
     region_options.shm_prefix = options.shm_prefix;
+    region_options.allow_other_shm_owners = options.allow_other_shm_owners;
     region_options.cuda_device = lane.backend->cuda_device();
     lane.region_opener = std::make_unique<RegionOpener>(region_options);
     // One device per backend (backend_factory), listed by GetServerInfo in
@@ -141,7 +142,7 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   server->service_ = std::make_unique<MatmulServiceImpl>(
       server->lanes_, *server->metrics_, *server->registry_, options.limits,
       max_concurrent, options.max_in_flight_per_client, options.shm_prefix,
-      options.rings);
+      options.allow_other_shm_owners, options.rings);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -48,6 +48,9 @@ struct ServerOptions {
   ValidationLimits limits;
   RegionRegistryOptions regions;
   std::string shm_prefix = "matmul";
+  // Serve shm segments (and rings) whose owner is not the caller: only
+  // where the operator vouches for every local user.
+  bool allow_other_shm_owners = false;
   RingOptions rings;
 };
 

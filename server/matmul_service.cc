@@ -31,6 +31,7 @@ MatmulServiceImpl::MatmulServiceImpl(
       max_concurrent_requests_(max_concurrent_requests),
       client_quota_(max_in_flight_per_client),
       shm_prefix_(std::move(shm_prefix)),
+      allow_other_shm_owners_(allow_other_shm_owners),
       ring_options_(rings) {}
 
 absl::StatusOr<DeviceLane*> MatmulServiceImpl::LaneFor(
@@ -251,8 +252,8 @@ grpc::ServerWriteReactor<v1::RingEvent>* MatmulServiceImpl::AttachRing(
     registry_.RemoveRing(session_id);
     return refuse(status);
   };
-  absl::StatusOr<std::unique_ptr<AttachedRing>> ring =
-      AttachedRing::Open(*request, shm_prefix_);
+  absl::StatusOr<std::unique_ptr<AttachedRing>> ring = AttachedRing::Open(
+      *request, shm_prefix_, peer->credentials, allow_other_shm_owners_);
   if (!ring.ok()) return refuse_and_release(ring.status());
   absl::MutexLock lock(&sessions_mu_);
   if (closing_) {
@@ -294,7 +295,7 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::RegisterRegion(
     return reactor;
   }
   absl::StatusOr<std::unique_ptr<Region>> region =
-      LaneFor(*request).region_opener->Open(*request);
+      LaneFor(*request).region_opener->Open(*request, peer->credentials);
   if (!region.ok()) {
     reactor->Finish(ToGrpcStatus(region.status()));
     return reactor;

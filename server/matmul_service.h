@@ -35,7 +35,8 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
   MatmulServiceImpl(std::vector<DeviceLane>& lanes, ServerMetrics& metrics,
                     RegionRegistry& registry, const ValidationLimits& limits,
                     int max_concurrent_requests, int max_in_flight_per_client,
-                    std::string shm_prefix, const RingOptions& rings);
+                    std::string shm_prefix, bool allow_other_shm_owners,
+                    const RingOptions& rings);
 
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
                                    const v1::MatmulRequest* request,
@@ -101,6 +102,7 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
   const int max_concurrent_requests_;
   ClientQuota client_quota_;
   const std::string shm_prefix_;
+  const bool allow_other_shm_owners_;
   const RingOptions ring_options_;
 
   absl::Mutex sessions_mu_;

@@ -555,6 +555,20 @@ TEST_F(RegionTest, CudaKindsOnTheCpuBackend) {
   ExpectStillServing();
 }
 
+// The daemon takes descriptors only out of the calling process: a cuda_vmm
+// request naming another pid is refused, on any backend, before CUDA.
+TEST_F(RegionTest, CudaVmmNamingAnotherProcessIsRefused) {
+  v1::RegisterRegionRequest request;
+  request.set_session_id(session_->session_id());
+  request.mutable_cuda_vmm()->set_pid(getppid());
+  request.mutable_cuda_vmm()->set_fd(0);
+  request.mutable_cuda_vmm()->set_size_bytes(2 << 20);
+  ExpectRegisterRejected(request, absl::StatusCode::kPermissionDenied,
+                         absl::StrCat("names pid ", getppid(),
+                                      " but the caller is pid ", getpid()));
+  ExpectStillServing();
+}
+
 // A malformed cuda_vmm request is refused before any CUDA or pidfd call, so
 // the CPU backend checks it exactly as the CUDA one does.
 TEST_F(RegionTest, MalformedCudaVmmRequests) {

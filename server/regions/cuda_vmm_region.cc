@@ -14,25 +14,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/unique_fd.h"
 #include "server/regions/cuda_ipc_region.h"
 
 namespace matmul {
 namespace {
-
-// Owns a file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  const int fd_;
-};
 
 // "fd 7" for one allocation, "chunk 2 of 5 (fd 9)" otherwise: the words of
 // every message about one descriptor.
@@ -265,9 +251,29 @@ absl::StatusOr<CudaVmmLayout> ParseCudaVmmRegion(const v1::CudaVmmRegion& vmm) {
   return layout;
 }
 
+absl::Status CheckCudaVmmCaller(const CudaVmmLayout& layout,
+                                const PeerCredentials& peer) {
+  if (peer.pid <= 0) {
+    return absl::PermissionDeniedError(
+        "cuda_vmm regions need a caller the daemon can identify (a unix "
+        "socket connection, whose peer process the kernel names)");
+  }
+  if (layout.pid != peer.pid) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "cuda_vmm region names pid ", layout.pid, " but the caller is pid ",
+        peer.pid,
+        " (as the daemon sees it); a region can take descriptors only "
+        "from the calling process (a client in another PID namespace must "
+        "share the daemon's: --pid=host or --pid=container:<daemon>)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Region>> OpenCudaVmmRegion(
-    const v1::CudaVmmRegion& vmm, int device, const CudaDriverApi& driver) {
+    const v1::CudaVmmRegion& vmm, int device, const CudaDriverApi& driver,
+    const PeerCredentials& peer) {
   ASSIGN_OR_RETURN(const CudaVmmLayout layout, ParseCudaVmmRegion(vmm));
+  RETURN_IF_ERROR(CheckCudaVmmCaller(layout, peer));
   RETURN_IF_ERROR(
       CheckRegionDevice(device, vmm.device_ordinal(), vmm.device_uuid()));
   if (cudaError_t error = cudaSetDevice(device); error != cudaSuccess) {
@@ -275,8 +281,15 @@ absl::StatusOr<std::unique_ptr<Region>> OpenCudaVmmRegion(
         "cudaSetDevice(", device, "): ", cudaGetErrorString(error)));
   }
   RETURN_IF_ERROR(CheckGranularity(layout, device, driver));
-  Fd process(static_cast<int>(syscall(SYS_pidfd_open, layout.pid, 0)));
-  if (process.get() < 0) {
+  // The connection's own pidfd names the caller even if its pid has been
+  // reused since; pidfd_open(pid) is the fallback for kernels without one.
+  UniqueFd opened;
+  int process = peer.pidfd;
+  if (process < 0) {
+    opened.reset(static_cast<int>(syscall(SYS_pidfd_open, layout.pid, 0)));
+    process = opened.get();
+  }
+  if (process < 0) {
     const int error = errno;
     if (error == ESRCH) {
       return absl::NotFoundError(absl::StrCat(
@@ -290,9 +303,9 @@ absl::StatusOr<std::unique_ptr<Region>> OpenCudaVmmRegion(
   }
   auto region = std::make_unique<CudaVmmRegion>(driver, layout, device);
   for (size_t i = 0; i < layout.chunk_fds.size(); ++i) {
-    Fd fd(static_cast<int>(
-        syscall(SYS_pidfd_getfd, process.get(), layout.chunk_fds[i], 0)));
-    if (fd.get() < 0) {
+    UniqueFd fd(static_cast<int>(
+        syscall(SYS_pidfd_getfd, process, layout.chunk_fds[i], 0)));
+    if (!fd.valid()) {
       const int error = errno;
       return absl::FailedPreconditionError(absl::StrCat(
           "pidfd_getfd(pid ", layout.pid, ", ", DescribeFd(layout, i),

@@ -15,6 +15,7 @@
 #include "common/cuda_driver_api.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/regions/region.h"
+#include "server/transport/peer_credentials.h"
 
 namespace matmul {
 
@@ -43,15 +44,24 @@ struct CudaVmmLayout {
 // checks it.
 absl::StatusOr<CudaVmmLayout> ParseCudaVmmRegion(const v1::CudaVmmRegion& vmm);
 
-// Opens a region on `device`: INVALID_ARGUMENT as ParseCudaVmmRegion, or
-// for a chunk size that is not a multiple of the device's allocation
-// granularity; NOT_FOUND when the process does not exist;
+// PERMISSION_DENIED unless the layout's pid is `peer`'s (the caller as the
+// transport identifies it, never as the request describes itself): the
+// daemon takes descriptors out of the calling process only. Touches no
+// CUDA API.
+absl::Status CheckCudaVmmCaller(const CudaVmmLayout& layout,
+                                const PeerCredentials& peer);
+
+// Opens a region on `device` for `peer`: INVALID_ARGUMENT as
+// ParseCudaVmmRegion, or for a chunk size that is not a multiple of the
+// device's allocation granularity; PERMISSION_DENIED as CheckCudaVmmCaller
+// (checked before any CUDA call); NOT_FOUND when the process does not exist;
 // FAILED_PRECONDITION, naming the fix, when the kernel refuses to hand over
 // a descriptor (ptrace rules, other PID namespace) or CUDA cannot import or
 // map it. Nothing stays imported or mapped after a failure. `driver` must
 // outlive the region.
 absl::StatusOr<std::unique_ptr<Region>> OpenCudaVmmRegion(
-    const v1::CudaVmmRegion& vmm, int device, const CudaDriverApi& driver);
+    const v1::CudaVmmRegion& vmm, int device, const CudaDriverApi& driver,
+    const PeerCredentials& peer);
 
 }  // namespace matmul
 

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace matmul {
 
 class Region {
@@ -38,6 +40,11 @@ class Region {
   // The CUDA device whose memory this is (products that use it run there);
   // -1 for host memory, which any device of the daemon can reach.
   virtual int cuda_device() const { return -1; }
+
+  // OK while the memory is still what the client registered; otherwise
+  // (FAILED_PRECONDITION, saying why) every product that used it since is
+  // suspect and the region serves no more.
+  virtual absl::Status CheckIntact() const { return absl::OkStatus(); }
 };
 
 }  // namespace matmul

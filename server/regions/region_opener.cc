@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "server/regions/cuda_vmm_region.h"
 #include "server/regions/shm_region.h"
 
@@ -45,6 +46,10 @@ class HostRegisteredRegion final : public Region {
   void* host_data() const override { return host_->host_data(); }
   void* device_data() const override { return device_data_; }
   Placement placement() const override { return host_->placement(); }
+  // The GPU reads the pages pinned at registration, which outlive a
+  // truncation; the daemon's CPU mapping is what faults if anything touches
+  // it, and the host region knows.
+  absl::Status CheckIntact() const override { return host_->CheckIntact(); }
 
  private:
   HostRegisteredRegion(std::unique_ptr<Region> host, void* device_data)
@@ -72,9 +77,10 @@ RegionOpener::RegionOpener(const RegionOpenOptions& options)
 absl::Status RegionOpener::CudaReady() const { return driver_.status(); }
 
 absl::StatusOr<std::unique_ptr<Region>> RegionOpener::OpenShm(
-    const v1::ShmRegion& shm) {
-  absl::StatusOr<std::unique_ptr<ShmRegion>> region = ShmRegion::Open(
-      shm.name(), options_.shm_prefix, shm.offset_bytes(), shm.size_bytes());
+    const v1::ShmRegion& shm, const PeerCredentials& peer) {
+  absl::StatusOr<std::unique_ptr<ShmRegion>> region =
+      ShmRegion::Open(shm.name(), options_.shm_prefix, shm.offset_bytes(),
+                      shm.size_bytes(), peer, options_.allow_other_shm_owners);
   if (!region.ok()) return region.status();
   if (options_.cuda_device < 0)
     return std::unique_ptr<Region>(*std::move(region));
@@ -82,10 +88,10 @@ absl::StatusOr<std::unique_ptr<Region>> RegionOpener::OpenShm(
 }
 
 absl::StatusOr<std::unique_ptr<Region>> RegionOpener::Open(
-    const v1::RegisterRegionRequest& request) {
+    const v1::RegisterRegionRequest& request, const PeerCredentials& peer) {
   switch (request.kind_case()) {
     case v1::RegisterRegionRequest::kShm:
-      return OpenShm(request.shm());
+      return OpenShm(request.shm(), peer);
     case v1::RegisterRegionRequest::kCudaIpc:
       if (request.cuda_ipc().handle().size() != sizeof(cudaIpcMemHandle_t)) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -95,15 +101,16 @@ absl::StatusOr<std::unique_ptr<Region>> RegionOpener::Open(
       }
       if (absl::Status ready = CudaReady(); !ready.ok()) return ready;
       return ipc_->Open(request.cuda_ipc());
-    case v1::RegisterRegionRequest::kCudaVmm:
-      // Like a cuda_ipc handle's length: malformed whatever the backend.
-      if (absl::Status shape = ParseCudaVmmRegion(request.cuda_vmm()).status();
-          !shape.ok()) {
-        return shape;
-      }
-      if (absl::Status ready = CudaReady(); !ready.ok()) return ready;
+    case v1::RegisterRegionRequest::kCudaVmm: {
+      // Like a cuda_ipc handle's length: malformed whatever the backend,
+      // and so is a pid that is not the caller's.
+      ASSIGN_OR_RETURN(const CudaVmmLayout layout,
+                       ParseCudaVmmRegion(request.cuda_vmm()));
+      RETURN_IF_ERROR(CheckCudaVmmCaller(layout, peer));
+      RETURN_IF_ERROR(CudaReady());
       return OpenCudaVmmRegion(request.cuda_vmm(), options_.cuda_device,
-                               *driver_);
+                               *driver_, peer);
+    }
     case v1::RegisterRegionRequest::KIND_NOT_SET:
       break;
   }

@@ -14,12 +14,16 @@
 #include "matmul/v1/matmul.pb.h"
 #include "server/regions/cuda_ipc_region.h"
 #include "server/regions/region.h"
+#include "server/transport/peer_credentials.h"
 
 namespace matmul {
 
 struct RegionOpenOptions {
   std::string shm_prefix = "matmul";  // shm names must start with it
   int cuda_device = -1;  // the backend's device; -1 on the CPU backend
+  // Lets a caller use shm segments that another user owns (otherwise only
+  // their owner, or a root caller, may).
+  bool allow_other_shm_owners = false;
 };
 
 class RegionOpener {
@@ -29,11 +33,15 @@ class RegionOpener {
   RegionOpener(const RegionOpener&) = delete;
   RegionOpener& operator=(const RegionOpener&) = delete;
 
+  // Opens the region for `peer`, the caller as the transport identifies
+  // it: its uid must own a shm segment, its pid is the process whose
+  // descriptors a cuda_vmm region takes (PERMISSION_DENIED otherwise).
   absl::StatusOr<std::unique_ptr<Region>> Open(
-      const v1::RegisterRegionRequest& request);
+      const v1::RegisterRegionRequest& request, const PeerCredentials& peer);
 
  private:
-  absl::StatusOr<std::unique_ptr<Region>> OpenShm(const v1::ShmRegion& shm);
+  absl::StatusOr<std::unique_ptr<Region>> OpenShm(const v1::ShmRegion& shm,
+                                                  const PeerCredentials& peer);
   // The driver API, or why CUDA regions cannot be opened here.
   absl::Status CudaReady() const;
 

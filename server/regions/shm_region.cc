@@ -10,6 +10,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/unique_fd.h"
 
 namespace matmul {
 
@@ -39,10 +41,9 @@ absl::Status CheckShmName(const std::string& name, const std::string& prefix) {
 
 absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(
     const std::string& name, const std::string& required_prefix,
-    uint64_t offset_bytes, uint64_t size_bytes) {
-  if (absl::Status status = CheckShmName(name, required_prefix); !status.ok()) {
-    return status;
-  }
+    uint64_t offset_bytes, uint64_t size_bytes, const PeerCredentials& peer,
+    bool allow_other_owners) {
+  RETURN_IF_ERROR(CheckShmName(name, required_prefix));
   uint64_t end;
   if (size_bytes == 0 ||
       __builtin_add_overflow(offset_bytes, size_bytes, &end) ||
@@ -51,8 +52,8 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(
         absl::StrCat("shm region: offset ", offset_bytes, " + size ",
                      size_bytes, " is empty or overflows"));
   }
-  const int fd = shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0);
-  if (fd < 0) {
+  UniqueFd fd(shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd.valid()) {
     const int error = errno;
     const std::string message =
         absl::StrCat("shm_open('/", name, "'): ", strerror(error));
@@ -63,16 +64,25 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(
     }
     return absl::FailedPreconditionError(message);
   }
+  // Checked on the object just opened, so that it cannot be swapped for
+  // another between the check and the mmap.
   struct stat info {};
-  const bool stat_ok = fstat(fd, &info) == 0;
-  const int stat_errno = errno;
-  if (!stat_ok) {
-    close(fd);
+  if (fstat(fd.get(), &info) != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("fstat of shm '", name, "': ", strerror(stat_errno)));
+        absl::StrCat("fstat of shm '", name, "': ", strerror(errno)));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm '", name, "' is not a plain shared-memory object"));
+  }
+  if (!allow_other_owners && peer.uid != 0 && info.st_uid != peer.uid) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "shm '", name, "' belongs to uid ", info.st_uid,
+        " but the caller runs as uid ", peer.uid,
+        "; the daemon uses a segment only for its owner (create it as the "
+        "calling user)"));
   }
   if (end > static_cast<uint64_t>(info.st_size)) {
-    close(fd);
     return absl::InvalidArgumentError(absl::StrCat(
         "shm region [", offset_bytes, ", ", end, ") reaches past the end of '",
         name, "', which has ", info.st_size, " bytes"));
@@ -83,21 +93,40 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(
   const uint64_t map_offset = offset_bytes / page * page;
   const size_t map_bytes = static_cast<size_t>(end - map_offset);
   void* mapping = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                       fd, static_cast<off_t>(map_offset));
-  const int map_errno = errno;
-  close(fd);  // the mapping keeps the object alive
+                       fd.get(), static_cast<off_t>(map_offset));
   if (mapping == MAP_FAILED) {
     return absl::FailedPreconditionError(
-        absl::StrCat("mmap of shm '", name, "': ", strerror(map_errno)));
+        absl::StrCat("mmap of shm '", name, "': ", strerror(errno)));
+  }
+  // The mapping keeps the object alive once `fd` closes.
+  absl::StatusOr<std::unique_ptr<SigbusGuard>> guard =
+      SigbusGuard::Create(mapping, map_bytes);
+  if (!guard.ok()) {
+    munmap(mapping, map_bytes);
+    return guard.status();
   }
   void* data = static_cast<char*>(mapping) + (offset_bytes - map_offset);
   Placement placement{absl::StrCat("shm:", info.st_dev, ":", info.st_ino),
                       offset_bytes};
-  return std::unique_ptr<ShmRegion>(
-      new ShmRegion(mapping, map_bytes, data, static_cast<int64_t>(size_bytes),
-                    std::move(placement)));
+  return std::unique_ptr<ShmRegion>(new ShmRegion(
+      name, mapping, map_bytes, data, static_cast<int64_t>(size_bytes),
+      std::move(placement), *std::move(guard)));
 }
 
-ShmRegion::~ShmRegion() { munmap(mapping_, mapping_bytes_); }
+ShmRegion::~ShmRegion() {
+  // Unregistered first: once unmapped, the range may be mapped again for
+  // something the fault handler must never replace.
+  guard_.reset();
+  munmap(mapping_, mapping_bytes_);
+}
+
+absl::Status ShmRegion::CheckIntact() const {
+  if (!guard_->faulted()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "shm '", name_,
+      "' was truncated or otherwise changed while in use (an access past "
+      "its end faulted); results that used it are lost: unregister the "
+      "region and register it again"));
+}
 
 }  // namespace matmul

@@ -7,7 +7,8 @@
 namespace matmul {
 
 absl::StatusOr<std::unique_ptr<AttachedRing>> AttachedRing::Open(
-    const v1::AttachRingRequest& request, const std::string& shm_prefix) {
+    const v1::AttachRingRequest& request, const std::string& shm_prefix,
+    const PeerCredentials& peer, bool allow_other_shm_owners) {
   const uint32_t slots = request.slot_count();
   const uint32_t slot_bytes = request.slot_bytes();
   if (slots < 1 || slots > ring::kMaxSlots) {
@@ -21,15 +22,22 @@ absl::StatusOr<std::unique_ptr<AttachedRing>> AttachedRing::Open(
                      "64 in ", ring::kMinSlotBytes, "..", ring::kMaxSlotBytes));
   }
   const uint64_t bytes = ring::RingBytes(slots, slot_bytes);
-  absl::StatusOr<std::unique_ptr<ShmRegion>> mapping =
-      ShmRegion::Open(request.shm_name(), shm_prefix, 0, bytes);
+  absl::StatusOr<std::unique_ptr<ShmRegion>> mapping = ShmRegion::Open(
+      request.shm_name(), shm_prefix, 0, bytes, peer, allow_other_shm_owners);
   if (!mapping.ok()) {
     return absl::Status(mapping.status().code(),
                         absl::StrCat("ring: ", mapping.status().message()));
   }
-  const ring::RingHeader* header = ring::Header((*mapping)->host_data());
-  if (header->magic != ring::kMagic || header->version != ring::kVersion ||
-      header->slot_count != slots || header->slot_bytes != slot_bytes) {
+  auto ring = std::unique_ptr<AttachedRing>(
+      new AttachedRing(*std::move(mapping), slots, slot_bytes));
+  const ring::RingHeader* header = ring::Header(ring->base_);
+  const bool header_matches =
+      header->magic == ring::kMagic && header->version == ring::kVersion &&
+      header->slot_count == slots && header->slot_bytes == slot_bytes;
+  // The header read zeros if the segment shrank under us: say that, not
+  // that it disagrees.
+  if (ring->faulted()) return ring->FaultedStatus();
+  if (!header_matches) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ring: the header (magic ", header->magic, ", version ",
         header->version, ", ", header->slot_count, " slots of ",
@@ -37,8 +45,6 @@ absl::StatusOr<std::unique_ptr<AttachedRing>> AttachedRing::Open(
         ring::kMagic, ", version ", ring::kVersion, ", ", slots, " x ",
         slot_bytes, ")"));
   }
-  auto ring = std::unique_ptr<AttachedRing>(
-      new AttachedRing(*std::move(mapping), slots, slot_bytes));
   // Clients reserve positions from the tail; start where they are.
   ring->head_ = header->submit_tail.load(std::memory_order_acquire);
   return ring;
@@ -51,6 +57,13 @@ AttachedRing::AttachedRing(std::unique_ptr<ShmRegion> mapping,
       slot_count_(slot_count),
       slot_bytes_(slot_bytes),
       taken_(std::make_unique<std::atomic<bool>[]>(slot_count)) {}
+
+absl::Status AttachedRing::FaultedStatus() const {
+  return absl::FailedPreconditionError(
+      "ring: the ring's shm segment was truncated or otherwise changed while "
+      "attached (an access past its end faulted); the daemon answers nothing "
+      "more through it: attach a new ring");
+}
 
 ring::SlotHeader* AttachedRing::SlotAt(uint32_t index) const {
   return ring::Slot(base_, slot_count_, slot_bytes_, index);
@@ -112,6 +125,8 @@ absl::Status AttachedRing::ReadRequest(uint32_t slot,
 }
 
 void AttachedRing::Complete(uint32_t slot, const v1::MatmulResponse& response) {
+  // The mapping is private zeros now: nobody would read the answer.
+  if (faulted()) return;
   ring::SlotHeader* header = SlotAt(slot);
   const size_t capacity = ring::PayloadBytes(slot_bytes_);
   const size_t bytes = response.ByteSizeLong();

@@ -18,6 +18,7 @@
 #include "common/request_ring_layout.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/regions/shm_region.h"
+#include "server/transport/peer_credentials.h"
 
 namespace matmul {
 
@@ -28,9 +29,11 @@ class AttachedRing {
   // slot count outside 1..4096, a slot size outside 512 B..1 MiB or not a
   // multiple of 64, an object smaller than RingBytes or a header that
   // disagrees;
-  // NOT_FOUND / PERMISSION_DENIED as ShmRegion::Open says.
+  // NOT_FOUND / PERMISSION_DENIED as ShmRegion::Open says (the segment
+  // must belong to `peer`'s uid unless `allow_other_shm_owners`).
   static absl::StatusOr<std::unique_ptr<AttachedRing>> Open(
-      const v1::AttachRingRequest& request, const std::string& shm_prefix);
+      const v1::AttachRingRequest& request, const std::string& shm_prefix,
+      const PeerCredentials& peer, bool allow_other_shm_owners = false);
 
   uint32_t slot_count() const { return slot_count_; }
 
@@ -54,8 +57,15 @@ class AttachedRing {
   // Writes `response` into the slot (or, when it does not fit, a
   // RESOURCE_EXHAUSTED response that says so), marks it done and tells the
   // client: through the completion queue for a `notify` slot, else by
-  // waking a client that sleeps on the slot. Thread-safe.
+  // waking a client that sleeps on the slot. Does nothing once faulted().
+  // Thread-safe.
   void Complete(uint32_t slot, const v1::MatmulResponse& response);
+
+  // True once the client shrank the ring's segment under the daemon: the
+  // mapping reads zeros from then on and nothing more is written to it
+  // (Complete does nothing). The status the stream ends with says so.
+  bool faulted() const { return mapping_->faulted(); }
+  absl::Status FaultedStatus() const;
 
   // The client ended the AttachRing stream: its queued requests are
   // dropped as cancelled.

@@ -18,6 +18,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The caller as the daemon would see this process over a unix socket.
+PeerCredentials ThisProcess() { return {getpid(), getuid(), getgid()}; }
+
 constexpr uint32_t kSlots = 4;
 constexpr uint32_t kSlotBytes = 1024;
 
@@ -71,6 +74,15 @@ class HandMadeRing {
     return ring::CompleteQueue(base_, kSlots)[position];
   }
 
+  // Shrinks the object to nothing, as a hostile client would. This side's
+  // own mapping must not be touched afterwards.
+  void Truncate() {
+    const int fd = shm_open(("/" + name_).c_str(), O_RDWR, 0);
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(ftruncate(fd, 0), 0);
+    close(fd);
+  }
+
  private:
   static inline int counter_ = 0;
   std::string name_;
@@ -82,7 +94,7 @@ TEST(AttachedRingTest, RefusesBadGeometryNamesAndHeaders) {
   HandMadeRing made;
   auto expect_refused = [&](v1::AttachRingRequest request,
                             absl::StatusCode code, const std::string& text) {
-    auto ring = AttachedRing::Open(request, "matmul");
+    auto ring = AttachedRing::Open(request, "matmul", ThisProcess());
     ASSERT_FALSE(ring.ok()) << request.ShortDebugString();
     EXPECT_EQ(ring.status().code(), code) << ring.status();
     EXPECT_THAT(std::string(ring.status().message()), HasSubstr(text));
@@ -114,7 +126,7 @@ TEST(AttachedRingTest, RefusesBadGeometryNamesAndHeaders) {
 
 TEST(AttachedRingTest, SkipsBadEntriesAndReportsBadPayloads) {
   HandMadeRing made;
-  auto ring = AttachedRing::Open(made.Request(), "matmul");
+  auto ring = AttachedRing::Open(made.Request(), "matmul", ThisProcess());
   ASSERT_TRUE(ring.ok()) << ring.status();
   EXPECT_FALSE((*ring)->Take().has_value());
 
@@ -150,7 +162,7 @@ TEST(AttachedRingTest, SkipsBadEntriesAndReportsBadPayloads) {
 
 TEST(AttachedRingTest, ASlotRunsOnceUntilCompleted) {
   HandMadeRing made;
-  auto ring = AttachedRing::Open(made.Request(), "matmul");
+  auto ring = AttachedRing::Open(made.Request(), "matmul", ThisProcess());
   ASSERT_TRUE(ring.ok()) << ring.status();
   made.Slot(1)->state.store(ring::kSubmitted);
   made.Submit(1);
@@ -172,7 +184,7 @@ TEST(AttachedRingTest, ASlotRunsOnceUntilCompleted) {
 
 TEST(AttachedRingTest, CompleteWritesTheResponseOrSaysItDoesNotFit) {
   HandMadeRing made;
-  auto ring = AttachedRing::Open(made.Request(), "matmul");
+  auto ring = AttachedRing::Open(made.Request(), "matmul", ThisProcess());
   ASSERT_TRUE(ring.ok()) << ring.status();
   v1::MatmulResponse response;
   response.set_request_id(42);
@@ -204,6 +216,46 @@ TEST(AttachedRingTest, CompleteWritesTheResponseOrSaysItDoesNotFit) {
   EXPECT_EQ(read.status_code(),
             static_cast<int32_t>(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(read.status_message(), HasSubstr("does not fit"));
+}
+
+TEST(AttachedRingTest, ATruncatedRingFaultsInsteadOfKillingTheDaemon) {
+  HandMadeRing made;
+  auto ring = AttachedRing::Open(made.Request(), "matmul", ThisProcess());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  made.Slot(1)->state.store(ring::kSubmitted);
+  made.Submit(1);
+  EXPECT_FALSE((*ring)->faulted());
+  made.Truncate();
+  // Every access the poller and the completions make survives; the ring
+  // reads as empty and says why it is dead.
+  EXPECT_FALSE((*ring)->Take().has_value());
+  EXPECT_TRUE((*ring)->faulted());
+  (*ring)->WaitForDoorbell(absl::Milliseconds(1));
+  v1::MatmulResponse response;
+  response.set_request_id(5);
+  (*ring)->Complete(1, response);
+  const absl::Status status = (*ring)->FaultedStatus();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("truncated or otherwise changed while attached"));
+  // A truncated object is refused up front.
+  auto again = AttachedRing::Open(made.Request(), "matmul", ThisProcess());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kInvalidArgument)
+      << again.status();
+}
+
+TEST(AttachedRingTest, ARingOfAnotherUserIsRefused) {
+  HandMadeRing made;
+  PeerCredentials stranger = ThisProcess();
+  stranger.uid = getuid() == 65534 ? 65533 : 65534;
+  auto ring = AttachedRing::Open(made.Request(), "matmul", stranger);
+  EXPECT_EQ(ring.status().code(), absl::StatusCode::kPermissionDenied)
+      << ring.status();
+  EXPECT_THAT(std::string(ring.status().message()),
+              HasSubstr(absl::StrCat("belongs to uid ", getuid())));
+  EXPECT_TRUE(AttachedRing::Open(made.Request(), "matmul", stranger,
+                                 /*allow_other_shm_owners=*/true)
+                  .ok());
 }
 
 }  // namespace

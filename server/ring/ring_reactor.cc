@@ -25,6 +25,16 @@ RingReactor::RingReactor(MatmulServiceImpl& service,
 void RingReactor::Poll() {
   absl::Time last_work = absl::Now();
   while (!stop_.load(std::memory_order_relaxed)) {
+    if (ring_->faulted()) {
+      // The client shrank the ring's segment: the mapping is private zeros
+      // now, shared with nobody. Queued requests are dropped and the
+      // stream says why.
+      ring_->MarkClientGone();
+      const absl::Status status = ring_->FaultedStatus();
+      Close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                         std::string(status.message())));
+      return;
+    }
     if (std::optional<uint32_t> slot = ring_->Take()) {
       Dispatch(*slot);
       last_work = absl::Now();
@@ -79,6 +89,8 @@ void RingReactor::Dispatch(uint32_t slot) {
     ring_->Complete(slot, *call->response);
     return;
   }
+  // The copy may be zeros from a mapping that faulted while it was taken.
+  if (ring_->faulted()) return;
   // A ring acts in the session it was attached in, whatever the slot says.
   call->request->set_session_id(session_id_);
   CallControl control;

@@ -5,8 +5,10 @@
 // last submission, then sleeps on the ring's doorbell.
 //
 // The stream ends when the client cancels it (its process may be gone:
-// its queued requests are dropped) or when the daemon shuts down (queued
-// requests still run and are answered in their slots).
+// its queued requests are dropped), when the daemon shuts down (queued
+// requests still run and are answered in their slots), or with
+// FAILED_PRECONDITION when the client shrinks the ring's segment under the
+// daemon (queued requests are dropped; nothing more is answered).
 #ifndef MATMUL_SERVER_RING_RING_REACTOR_H_
 #define MATMUL_SERVER_RING_RING_REACTOR_H_
 
@@ -72,15 +74,6 @@ class RingReactor final : public grpc::ServerWriteReactor<v1::RingEvent> {
   std::thread poller_;
   absl::Mutex mu_;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-};
-
-// An AttachRing call refused before any ring was mapped: finishes at once
-// with `status`.
-class RefusedRingReactor final
-    : public grpc::ServerWriteReactor<v1::RingEvent> {
- public:
-  explicit RefusedRingReactor(const grpc::Status& status) { Finish(status); }
-  void OnDone() override { delete this; }
 };
 
 }  // namespace matmul
