@@ -23,7 +23,8 @@ MatmulServiceImpl::MatmulServiceImpl(
     std::vector<DeviceLane>& lanes, ServerMetrics& metrics,
     RegionRegistry& registry, const ValidationLimits& limits,
     int max_concurrent_requests, int max_in_flight_per_client,
-    std::string shm_prefix, const RingOptions& rings)
+    std::string shm_prefix, bool allow_other_shm_owners,
+    const RingOptions& rings)
     : lanes_(lanes),
       metrics_(metrics),
       registry_(registry),
