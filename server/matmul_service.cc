@@ -149,7 +149,7 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
   return reactor;
 }
 
-grpc::ServerBidiReactor<v1::MatmulRequest, v1::MatmulResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 MatmulServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   // gRPC owns reactors by raw pointer; the reactor deletes itself in OnDone.
   return new MatmulStreamReactor(this, context);
