@@ -24,7 +24,10 @@
 namespace matmul {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
-// The deadline and cancellation of a gRPC call.
+// The granularity of a deadline on the wire (grpc-timeout).
+inline constexpr absl::Duration kGrpcTimeoutResolution = absl::Milliseconds(1);
+// The deadline and cancellation of a gRPC call; the deadline is the
+// client's at the latest (see kGrpcTimeoutResolution).
 CallControl GrpcCallControl(grpc::CallbackServerContext* context);
 
 // v1::MatmulService::CallbackService with MatmulStream read as raw bytes
