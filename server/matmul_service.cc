@@ -73,18 +73,19 @@ DeviceLane& MatmulServiceImpl::LaneFor(
 }
 
 CallControl GrpcCallControl(grpc::CallbackServerContext* context) {
-  // gRPC 1.51 sends a deadline as the whole milliseconds left (grpc-timeout),
+  // gRPC 1.51 sends a deadline as the whole milliseconds left (grpc-timeout)
   // and one that has already passed as "1n", which the server reads back as
-  // 1 ms from when the headers arrived: context->deadline() can be up to
-  // 1 ms later than the client's. Taking that millisecond off makes an
-  // expired call expired here too (it would otherwise run and be answered
-  // OK to nobody); a call with less than 1 ms left could not get its
-  // answer back in time anyway.
+  // 1 ms from when the headers arrived; both ends also keep time in whole
+  // milliseconds, which can add up to one more. So context->deadline() can
+  // be up to 2 ms later than the client's deadline, and an
+  // expired call would run and be answered OK to nobody. Taking the slack
+  // off makes it expired here too; a call with less than 2 ms left could
+  // not get its answer back in time anyway.
   const std::chrono::system_clock::time_point deadline = context->deadline();
   return CallControl{
       .deadline = deadline == std::chrono::system_clock::time_point::max()
                       ? absl::InfiniteFuture()
-                      : absl::FromChrono(deadline) - kGrpcTimeoutResolution,
+                      : absl::FromChrono(deadline) - kGrpcDeadlineSlack,
       .cancelled = [context] { return context->IsCancelled(); }};
 }
 

@@ -24,10 +24,11 @@
 namespace matmul {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
-// The granularity of a deadline on the wire (grpc-timeout).
-inline constexpr absl::Duration kGrpcTimeoutResolution = absl::Milliseconds(1);
+// How much later than the client's a call's deadline can look on the
+// server (see GrpcCallControl).
+inline constexpr absl::Duration kGrpcDeadlineSlack = absl::Milliseconds(2);
 // The deadline and cancellation of a gRPC call; the deadline is the
-// client's at the latest (see kGrpcTimeoutResolution).
+// client's at the latest (see kGrpcDeadlineSlack).
 CallControl GrpcCallControl(grpc::CallbackServerContext* context);
 
 // v1::MatmulService::CallbackService with MatmulStream read as raw bytes
