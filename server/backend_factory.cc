@@ -21,6 +21,10 @@ absl::StatusOr<std::unique_ptr<GemmBackend>> CreateBackend(
     cuda.tuning_cache_path = options.tuning_cache;
     cuda.streams = options.cuda_streams;
     cuda.serial_min_gflop_per_sm = options.cuda_serial_min_gflop_per_sm;
+    cuda.test_only_inject_fault_after =
+        options.test_only_inject_gpu_fault_after;
+    cuda.test_only_memory_headroom_bytes =
+        options.test_only_gpu_memory_headroom_bytes;
     return CreateCudaBackend(cuda);
   }
   if (options.kind == "cpu" || options.kind == "auto") {

@@ -21,6 +21,9 @@ struct BackendOptions {
   int cuda_streams = 2;  // CUDA products in flight at once
   // See CudaBackendOptions::serial_min_gflop_per_sm.
   double cuda_serial_min_gflop_per_sm = 1.0;
+  // TEST ONLY: see CudaBackendOptions' test_only_ fields.
+  int64_t test_only_inject_gpu_fault_after = 0;
+  int64_t test_only_gpu_memory_headroom_bytes = 0;
 };
 
 // auto: cuda when a CUDA device is present, else cpu.

@@ -1,8 +1,10 @@
 // matmul-server: the BF16 matmul daemon. See --help.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -122,6 +124,15 @@ ABSL_FLAG(int, max_regions_per_session, 4096,
           "Regions one session (client) may register at once.");
 ABSL_FLAG(int64_t, max_region_bytes_per_session, int64_t{1} << 40,
           "Bytes of regions one session may register at once.");
+ABSL_FLAG(int64_t, test_only_inject_gpu_fault_after, 0,
+          "TEST ONLY, never in production: the Nth product launched on the "
+          "GPU (from 1) runs a kernel that writes out of range instead, "
+          "which poisons the CUDA context; the daemon must then turn "
+          "NOT_SERVING, answer UNAVAILABLE and exit with code 3. 0: off.");
+ABSL_FLAG(int64_t, test_only_gpu_memory_headroom_bytes, 0,
+          "TEST ONLY, never in production: at start-up take all but this "
+          "many bytes of the GPU's free memory, so that a larger product "
+          "fails in cudaMalloc (RESOURCE_EXHAUSTED). 0: off.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long calls in progress may take to finish "
           "before they are cancelled.");
@@ -148,6 +159,10 @@ absl::StatusOr<mode_t> ParseSocketMode(const std::string& text) {
   }
   return mode;
 }
+
+// The exit code after the GPU was lost (distinct from a start-up error, 1,
+// and a usage error, 2), for supervisors to tell a crash-restart apart.
+constexpr int kDeviceLostExitCode = 3;
 
 // absl replaces a vector flag on each occurrence; collect every --listen
 // so that the flag can be repeated as well as comma-separated.
@@ -206,6 +221,8 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  // Raised by the daemon itself when a GPU is lost (on_device_lost below).
+  sigaddset(&stop_signals, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   matmul::BackendOptions backend_options;
@@ -219,6 +236,10 @@ int main(int argc, char** argv) {
       std::max(1, absl::GetFlag(FLAGS_worker_threads));
   backend_options.cuda_serial_min_gflop_per_sm =
       absl::GetFlag(FLAGS_serial_min_gflop_per_sm);
+  backend_options.test_only_inject_gpu_fault_after =
+      absl::GetFlag(FLAGS_test_only_inject_gpu_fault_after);
+  backend_options.test_only_gpu_memory_headroom_bytes =
+      absl::GetFlag(FLAGS_test_only_gpu_memory_headroom_bytes);
   if (backend_options.cpu_threads <= 0) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     backend_options.cpu_threads =
@@ -287,6 +308,10 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_regions_per_session);
   options.regions.max_bytes_per_session =
       absl::GetFlag(FLAGS_max_region_bytes_per_session);
+  options.on_device_lost = [](const absl::Status& status) {
+    std::fprintf(stderr, "matmul-server: %s\n", status.ToString().c_str());
+    kill(getpid(), SIGUSR2);
+  };
   absl::StatusOr<std::unique_ptr<matmul::MatmulServer>> server =
       matmul::MatmulServer::Create(options, *std::move(backends));
   if (!server.ok()) {
@@ -312,6 +337,20 @@ int main(int argc, char** argv) {
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);
+  if (signal_number == SIGUSR2) {
+    // Health is NOT_SERVING already and the lost lane answers everything
+    // UNAVAILABLE, so the drain is quick. The exit skips destructors: the
+    // CUDA objects' would run on a poisoned context.
+    std::fprintf(stderr,
+                 "matmul-server: GPU lost, health is NOT_SERVING; answering "
+                 "what is queued, then exiting with code %d for the "
+                 "supervisor to restart the daemon\n",
+                 kDeviceLostExitCode);
+    (*server)->Shutdown(
+        std::min(absl::GetFlag(FLAGS_shutdown_grace), absl::Seconds(5)));
+    std::fflush(stderr);
+    std::_Exit(kDeviceLostExitCode);
+  }
   std::fprintf(stderr, "matmul-server: %s received, draining\n",
                strsignal(signal_number));
   (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));

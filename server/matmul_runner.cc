@@ -4,8 +4,36 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "kernels/device_lost.h"
 
 namespace matmul {
+namespace {
+
+// Answers `product` if it must not run any more (its deadline passed or
+// its call was cancelled); true if it did.
+bool AnswerIfStale(PendingProduct& product, absl::Time now) {
+  // A call past its deadline is also cancelled by gRPC: test the deadline
+  // first so the status says why.
+  if (product.control.deadline <= now) {
+    std::move(product.finish)(absl::DeadlineExceededError(
+        "the request's deadline passed while it waited in the queue"));
+    return true;
+  }
+  if (product.control.cancelled && product.control.cancelled()) {
+    std::move(product.finish)(
+        absl::CancelledError("the call was cancelled before it ran"));
+    return true;
+  }
+  return false;
+}
+
+absl::Status DeviceLostAnswer() {
+  return absl::UnavailableError(
+      "the GPU was lost (its CUDA context failed); the daemon is stopping "
+      "so that its supervisor restarts it: retry then");
+}
+
+}  // namespace
 
 void MatmulRunner::RunBatch(
     std::vector<std::unique_ptr<PendingProduct>> batch) {
@@ -13,15 +41,9 @@ void MatmulRunner::RunBatch(
   std::vector<PendingProduct*> live;
   live.reserve(batch.size());
   for (const std::unique_ptr<PendingProduct>& product : batch) {
-    // A call past its deadline is also cancelled by gRPC: test the deadline
-    // first so the status says why.
-    if (product->control.deadline < started) {
-      std::move(product->finish)(absl::DeadlineExceededError(
-          "the request's deadline passed while it waited in the queue"));
-    } else if (product->control.cancelled && product->control.cancelled()) {
-      std::move(product->finish)(
-          absl::CancelledError("the call was cancelled before it ran"));
-    } else {
+    if (device_lost_.load(std::memory_order_acquire)) {
+      std::move(product->finish)(DeviceLostAnswer());
+    } else if (!AnswerIfStale(*product, started)) {
       live.push_back(product.get());
     }
   }
@@ -40,8 +62,19 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   const absl::Time launched = absl::Now();
   absl::StatusOr<GemmRunInfo> run = backend_.RunBatch(problems, on_device);
   const absl::Time ran = absl::Now();
+  if (!run.ok() && IsDeviceLost(run.status())) {
+    for (PendingProduct* product : live) {
+      std::move(product->finish)(DeviceLostAnswer());
+    }
+    if (!device_lost_.exchange(true) && on_device_lost_) {
+      on_device_lost_(run.status());
+    }
+    return;
+  }
   if (!run.ok() && live.size() > 1) {
-    for (PendingProduct* product : live) RunLaunch({product}, started);
+    for (PendingProduct* product : live) {
+      if (!AnswerIfStale(*product, absl::Now())) RunLaunch({product}, started);
+    }
     return;
   }
   if (!run.ok()) {

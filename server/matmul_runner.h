@@ -6,6 +6,8 @@
 #ifndef MATMUL_SERVER_MATMUL_RUNNER_H_
 #define MATMUL_SERVER_MATMUL_RUNNER_H_
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -17,10 +19,19 @@ namespace matmul {
 
 class MatmulRunner {
  public:
+  // Runs once, on the first launch that fails with IsDeviceLost
+  // (kernels/device_lost.h), with that status.
+  using DeviceLostCallback = std::function<void(const absl::Status&)>;
+
   // `device_index`: the backend's place in GetServerInfo's device list,
-  // reported in every response.
-  MatmulRunner(GemmBackend& backend, ServerMetrics& metrics, int device_index)
-      : backend_(backend), metrics_(metrics), device_index_(device_index) {}
+  // reported in every response. Once the device is lost, that launch's
+  // products and every later one are answered UNAVAILABLE without running.
+  MatmulRunner(GemmBackend& backend, ServerMetrics& metrics, int device_index,
+               DeviceLostCallback on_device_lost = nullptr)
+      : backend_(backend),
+        metrics_(metrics),
+        device_index_(device_index),
+        on_device_lost_(std::move(on_device_lost)) {}
 
   // Every product of `batch` shares one batch key. Each one's `finish` has
   // run when this returns. Thread-safe.
@@ -35,6 +46,8 @@ class MatmulRunner {
   GemmBackend& backend_;
   ServerMetrics& metrics_;
   const int device_index_;
+  const DeviceLostCallback on_device_lost_;
+  std::atomic<bool> device_lost_{false};
 };
 
 }  // namespace matmul

@@ -105,6 +105,8 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
         absl::StrCat("--shm_prefix: ", prefix.message()));
   }
   std::unique_ptr<MatmulServer> server(new MatmulServer());
+  server->on_device_lost_ = options.on_device_lost;
+  MatmulServer* raw = server.get();
   ASSIGN_OR_RETURN(
       server->metrics_,
       ServerMetrics::Create(options.metrics_listen, options.max_metric_shapes,
@@ -119,9 +121,10 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     lane.region_opener = std::make_unique<RegionOpener>(region_options);
     // One device per backend (backend_factory), listed by GetServerInfo in
     // lane order.
-    lane.runner =
-        std::make_unique<MatmulRunner>(*lane.backend, *server->metrics_,
-                                       static_cast<int>(server->lanes_.size()));
+    lane.runner = std::make_unique<MatmulRunner>(
+        *lane.backend, *server->metrics_,
+        static_cast<int>(server->lanes_.size()),
+        [raw](const absl::Status& status) { raw->DeviceLost(status); });
     MatmulRunner* runner = lane.runner.get();
     ASSIGN_OR_RETURN(
         lane.executor,
@@ -132,7 +135,6 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
             }));
     server->lanes_.push_back(std::move(lane));
   }
-  MatmulServer* raw = server.get();
   server->metrics_->SetQueueDepthSource([raw] { return raw->queue_depth(); });
   const int max_concurrent = static_cast<int>(server->lanes_.size()) *
                              (options.executor.worker_threads *
@@ -197,6 +199,15 @@ int MatmulServer::running() const {
   int running = 0;
   for (const DeviceLane& lane : lanes_) running += lane.executor->running();
   return running;
+}
+
+void MatmulServer::DeviceLost(const absl::Status& status) {
+  // Requests keep coming until the process stops: the lane answers them
+  // UNAVAILABLE, and health tells load balancers and supervisors why.
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
+  }
+  if (on_device_lost_) on_device_lost_(status);
 }
 
 MatmulServer::~MatmulServer() {

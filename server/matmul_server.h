@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,11 @@ struct ServerOptions {
   // where the operator vouches for every local user.
   bool allow_other_shm_owners = false;
   RingOptions rings;
+  // Runs (on a worker thread) once a lane's device is lost (see
+  // kernels/device_lost.h), after health has turned NOT_SERVING; from then
+  // on that lane answers every request UNAVAILABLE. The daemon stops and
+  // exits non-zero from here; may be empty.
+  std::function<void(const absl::Status&)> on_device_lost;
 };
 
 class MatmulServer {
@@ -89,6 +95,9 @@ class MatmulServer {
 
  private:
   MatmulServer() = default;
+  // The lanes' device-lost callback: health NOT_SERVING, then
+  // on_device_lost_.
+  void DeviceLost(const absl::Status& status);
 
   std::unique_ptr<ServerMetrics> metrics_;
   // Declared before the registry: regions the lanes' openers opened must
@@ -100,6 +109,7 @@ class MatmulServer {
   std::unique_ptr<grpc::Server> server_;
   std::vector<int> bound_ports_;
   bool shut_down_ = false;
+  std::function<void(const absl::Status&)> on_device_lost_;
 };
 
 }  // namespace matmul

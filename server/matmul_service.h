@@ -25,10 +25,28 @@
 namespace matmul {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
-// The deadline, cancellation and caller of a gRPC call.
+// How much later than the client's a call's deadline can look on the
+// server (see GrpcCallControl).
+inline constexpr absl::Duration kGrpcDeadlineSlack = absl::Milliseconds(2);
+// The deadline, cancellation and caller of a gRPC call; the deadline is
+// the client's at the latest (see kGrpcDeadlineSlack).
 CallControl GrpcCallControl(grpc::CallbackServerContext* context);
 
-class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
+// v1::MatmulService::CallbackService with MatmulStream read as raw bytes
+// (see MatmulStreamReactor). The typed and raw MatmulStream cannot share
+// one class, so the chain is spelt out; a method added to the proto must be
+// added here too.
+using MatmulCallbackService = v1::MatmulService::WithCallbackMethod_Matmul<
+    v1::MatmulService::WithRawCallbackMethod_MatmulStream<
+        v1::MatmulService::WithCallbackMethod_GetServerInfo<
+            v1::MatmulService::WithCallbackMethod_OpenSession<
+                v1::MatmulService::WithCallbackMethod_RegisterRegion<
+                    v1::MatmulService::WithCallbackMethod_UnregisterRegion<
+                        v1::MatmulService::WithCallbackMethod_ListRegions<
+                            v1::MatmulService::WithCallbackMethod_AttachRing<
+                                v1::MatmulService::Service>>>>>>>>;
+
+class MatmulServiceImpl final : public MatmulCallbackService {
  public:
   // `lanes` (at least one) must outlive the service.
   // `max_in_flight_per_client` bounds each client's share (ClientQuota).
@@ -42,7 +60,7 @@ class MatmulServiceImpl final : public v1::MatmulService::CallbackService {
                                    const v1::MatmulRequest* request,
                                    v1::MatmulResponse* response) override;
 
-  grpc::ServerBidiReactor<v1::MatmulRequest, v1::MatmulResponse>* MatmulStream(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* MatmulStream(
       grpc::CallbackServerContext* context) override;
 
   grpc::ServerUnaryReactor* GetServerInfo(

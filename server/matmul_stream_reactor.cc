@@ -1,13 +1,14 @@
 #include "server/matmul_stream_reactor.h"
 
+#include "absl/strings/str_cat.h"
 #include "server/matmul_service.h"
 
 namespace matmul {
 
 MatmulStreamReactor::MatmulStreamReactor(MatmulServiceImpl* service,
                                          grpc::CallbackServerContext* context)
-    : service_(service), context_(context), reading_(std::make_unique<Call>()) {
-  StartRead(&reading_->request);
+    : service_(service), context_(context) {
+  StartRead(&reading_);
 }
 
 void MatmulStreamReactor::OnReadDone(bool ok) {
@@ -19,13 +20,26 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
     MaybeFinish();
     return;
   }
-  std::unique_ptr<Call> call = std::move(reading_);
-  reading_ = std::make_unique<Call>();
+  auto call = std::make_unique<Call>();
+  const size_t bytes = reading_.Length();
+  // Deserialize consumes (and clears) the buffer either way.
+  const bool parsed = grpc::SerializationTraits<v1::MatmulRequest>::Deserialize(
+                          &reading_, &call->request)
+                          .ok();
   {
     absl::MutexLock lock(&mu_);
     ++in_flight_;
   }
-  StartRead(&reading_->request);
+  StartRead(&reading_);
+  if (!parsed) {
+    Answer(std::move(call),
+           absl::InvalidArgumentError(absl::StrCat(
+               "a stream message of ", bytes,
+               " bytes is not a serialized matmul.v1.MatmulRequest; it was "
+               "skipped (request_id 0: its id could not be read) and the "
+               "stream goes on")));
+    return;
+  }
   Call* raw = call.get();
   service_->Submit(GrpcCallControl(context_), &raw->request, &raw->response,
                    [this, call = std::move(call)](absl::Status status) mutable {
@@ -35,20 +49,29 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
 
 void MatmulStreamReactor::Answer(std::unique_ptr<Call> call,
                                  absl::Status status) {
-  v1::MatmulResponse response;
-  if (status.ok()) {
-    response = std::move(call->response);
-  } else {
-    response.set_request_id(call->request.request_id());
-    response.set_status_code(static_cast<int32_t>(status.code()));
-    response.set_status_message(std::string(status.message()));
+  if (!status.ok()) {
+    call->response.Clear();
+    call->response.set_request_id(call->request.request_id());
+    call->response.set_status_code(static_cast<int32_t>(status.code()));
+    call->response.set_status_message(std::string(status.message()));
   }
-  const v1::MatmulResponse* to_write = nullptr;
+  Write(call->response);
+}
+
+void MatmulStreamReactor::Write(const v1::MatmulResponse& response) {
+  grpc::ByteBuffer bytes;
+  bool own_buffer = false;
+  const grpc::Status serialized =
+      grpc::SerializationTraits<v1::MatmulResponse>::Serialize(response, &bytes,
+                                                               &own_buffer);
+  const grpc::ByteBuffer* to_write = nullptr;
   {
     absl::MutexLock lock(&mu_);
     --in_flight_;
-    if (!write_failed_) {
-      outbox_.push_back(std::move(response));
+    // A response that cannot be serialised (it would have to exceed 2 GiB)
+    // is dropped; the client then misses one answer but the stream lives.
+    if (!write_failed_ && serialized.ok()) {
+      outbox_.push_back(std::move(bytes));
       if (!writing_) {
         writing_ = true;
         to_write = &outbox_.front();
@@ -63,7 +86,7 @@ void MatmulStreamReactor::Answer(std::unique_ptr<Call> call,
 }
 
 void MatmulStreamReactor::OnWriteDone(bool ok) {
-  const v1::MatmulResponse* to_write = nullptr;
+  const grpc::ByteBuffer* to_write = nullptr;
   {
     absl::MutexLock lock(&mu_);
     outbox_.pop_front();

@@ -2,6 +2,13 @@
 // service, and writes each response when its product is done (one write in
 // flight at a time, the rest queued). Finishes once the client has
 // half-closed and every accepted request has been answered.
+//
+// The stream is read as raw bytes and parsed here: with typed messages a
+// message that fails to parse shows up as OnReadDone(false), which cannot
+// be told from a half-close, so the stream would end OK and leave every
+// later request unanswered. Here such a message gets an in-band answer
+// (status_code INVALID_ARGUMENT, request_id 0, since it could not be read)
+// and the stream goes on.
 #ifndef MATMUL_SERVER_MATMUL_STREAM_REACTOR_H_
 #define MATMUL_SERVER_MATMUL_STREAM_REACTOR_H_
 
@@ -20,7 +27,7 @@ namespace matmul {
 class MatmulServiceImpl;
 
 class MatmulStreamReactor final
-    : public grpc::ServerBidiReactor<v1::MatmulRequest, v1::MatmulResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   MatmulStreamReactor(MatmulServiceImpl* service,
                       grpc::CallbackServerContext* context);
@@ -37,17 +44,19 @@ class MatmulStreamReactor final
   };
 
   void Answer(std::unique_ptr<Call> call, absl::Status status);
+  // Queues `response` for writing (or drops it once writes have failed).
+  void Write(const v1::MatmulResponse& response);
   // Finishes the RPC when nothing is left to read, run or write.
   void MaybeFinish();
 
   MatmulServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
-  std::unique_ptr<Call> reading_;  // the target of the read in flight
+  grpc::ByteBuffer reading_;  // the target of the read in flight
 
   absl::Mutex mu_;
-  // Responses waiting to be written; the front is being written while
-  // writing_ is true.
-  std::deque<v1::MatmulResponse> outbox_ ABSL_GUARDED_BY(mu_);
+  // Serialised responses waiting to be written; the front is being written
+  // while writing_ is true.
+  std::deque<grpc::ByteBuffer> outbox_ ABSL_GUARDED_BY(mu_);
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;

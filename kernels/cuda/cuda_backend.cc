@@ -295,7 +295,31 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
                       std::move(lanes), std::move(serial_stream)));
   CudaBackend* raw = backend.get();
   backend->selector_->SetTuningGuard([raw] { return raw->HoldAllLanes(); });
+  if (options.test_only_memory_headroom_bytes > 0) {
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes),
+                               "cudaMemGetInfo"));
+    const auto headroom =
+        static_cast<size_t>(options.test_only_memory_headroom_bytes);
+    if (free_bytes > headroom) {
+      RETURN_IF_ERROR(
+          backend->test_only_ballast_.Reserve(free_bytes - headroom));
+    }
+  }
   return backend;
+}
+
+absl::Status CudaBackend::LaunchProduct(const cuda::KernelChoice& choice,
+                                        const GemmProblem& problem,
+                                        cudaStream_t stream,
+                                        cuda::DeviceBuffer& workspace) {
+  if (options_.test_only_inject_fault_after > 0 &&
+      launches_.fetch_add(1, std::memory_order_relaxed) + 1 ==
+          options_.test_only_inject_fault_after) {
+    return cuda::LaunchOutOfRangeWrite(stream);
+  }
+  return selector_->RunChoice(choice, problem, stream, workspace);
 }
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
@@ -388,8 +412,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunTimed(const GemmProblem& problem,
   }
   cudaStream_t stream = lane.stream.get();
   RETURN_IF_ERROR(lane.start.Record(stream));
-  RETURN_IF_ERROR(
-      selector_->RunChoice(choice, problem, stream, lane.workspace));
+  RETURN_IF_ERROR(LaunchProduct(choice, problem, stream, lane.workspace));
   RETURN_IF_ERROR(lane.stop.Record(stream));
   if (then) {
     RETURN_IF_ERROR(then(stream));
@@ -432,8 +455,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunSerial(
       RETURN_IF_ERROR(from->Record(serial));
     }
     ASSIGN_OR_RETURN(to, serial_marks_.Take());
-    RETURN_IF_ERROR(
-        selector_->RunChoice(choice, problem, serial, lane.workspace));
+    RETURN_IF_ERROR(LaunchProduct(choice, problem, serial, lane.workspace));
     RETURN_IF_ERROR(to->Record(serial));
     last_serial_mark_ = to;
   }

@@ -33,6 +33,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -73,6 +74,15 @@ struct CudaBackendOptions {
   // (1.75) 646-653 vs 667-669 TFLOPS. Products on lanes share the GPU, so
   // their kernel time includes the overlap.
   double serial_min_gflop_per_sm = 1.0;
+  // TEST ONLY, for the device-lost path: the Nth product launch (from 1)
+  // runs a kernel that writes out of range instead, which poisons the CUDA
+  // context. 0: never.
+  int64_t test_only_inject_fault_after = 0;
+  // TEST ONLY, for the out-of-memory path: once set up, the backend takes
+  // all but this many bytes of the device's free memory and holds them, so
+  // that a product whose staging needs more really fails in cudaMalloc.
+  // 0: off.
+  int64_t test_only_memory_headroom_bytes = 0;
 };
 
 // Number of usable CUDA devices; 0 when there is no GPU, no driver or the
@@ -170,6 +180,11 @@ class CudaBackend : public GemmBackend {
   // all read B at `shared_b`; runs as one stacked product (see above).
   absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,
                                          const void* shared_b, Lane& lane);
+  // Queues `choice`'s kernel for `problem` on `stream` (or, at the launch
+  // options_.test_only_inject_fault_after names, the out-of-range write).
+  absl::Status LaunchProduct(const cuda::KernelChoice& choice,
+                             const GemmProblem& problem, cudaStream_t stream,
+                             cuda::DeviceBuffer& workspace);
 
   const CudaBackendOptions options_;
   const DeviceInfo info_;
@@ -186,7 +201,10 @@ class CudaBackend : public GemmBackend {
   std::mutex serial_mu_;
   std::mutex lanes_mu_;
   std::condition_variable lane_freed_;
-  std::vector<Lane*> free_lanes_;  // guarded by lanes_mu_
+  std::vector<Lane*> free_lanes_;     // guarded by lanes_mu_
+  std::atomic<int64_t> launches_{0};  // products launched (fault injection)
+  // Device memory held back by test_only_memory_headroom_bytes.
+  cuda::DeviceBuffer test_only_ballast_;
 };
 
 // The factory the daemon calls for --backend=cuda|auto.

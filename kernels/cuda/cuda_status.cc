@@ -1,13 +1,42 @@
 #include "kernels/cuda/cuda_status.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/device_lost.h"
 
 namespace matmul::cuda {
+
+bool IsStickyCudaError(cudaError_t error) {
+  switch (error) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorContained:
+    case cudaErrorNvlinkUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
 
 absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
   std::string message = absl::StrCat(what, " failed: ", cudaGetErrorName(error),
                                      " (", cudaGetErrorString(error), ")");
+  if (IsStickyCudaError(error)) {
+    return DeviceLostError(
+        absl::StrCat(message, "; the CUDA context is unusable from now on"));
+  }
+  // A failed call (a cudaMalloc out of memory, say) also leaves its error
+  // as the thread's last error, which the next launch's check would report
+  // as its own: take it now that it is reported here.
+  cudaGetLastError();
   switch (error) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(message);

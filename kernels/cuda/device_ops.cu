@@ -54,6 +54,13 @@ __global__ void FillRandomKernel(__nv_bfloat16* data, int64_t count,
   }
 }
 
+// Writes to `address`, which the caller picks outside every mapping (past
+// the user address space of x86-64 and of arm64 with 48-bit addresses, so
+// that not even a host page reached through HMM can be hit).
+__global__ void OutOfRangeWriteKernel(uint64_t address) {
+  *reinterpret_cast<volatile uint32_t*>(address) = 0xdeadbeefu;
+}
+
 // True when both sides' rows are contiguous and every row of every entry
 // starts on a 16-byte boundary and spans whole 16-byte words.
 template <typename View>
@@ -127,6 +134,11 @@ absl::Status FillRandomBf16(void* data, int64_t count, uint64_t seed,
   FillRandomKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(
       static_cast<__nv_bfloat16*>(data), count, seed);
   return LastLaunchStatus("FillRandomBf16 launch");
+}
+
+absl::Status LaunchOutOfRangeWrite(cudaStream_t stream) {
+  OutOfRangeWriteKernel<<<1, 1, 0, stream>>>(uint64_t{1} << 48);
+  return LastLaunchStatus("OutOfRangeWrite launch");
 }
 
 }  // namespace matmul::cuda

@@ -43,6 +43,11 @@ absl::Status CopyMatrix(const StridedView& src, const MutableStridedView& dst,
 absl::Status FillRandomBf16(void* data, int64_t count, uint64_t seed,
                             cudaStream_t stream);
 
+// TEST ONLY: queues a kernel that writes far outside any allocation, so
+// that the stream's next synchronisation fails with cudaErrorIllegalAddress
+// and the context is poisoned for good (the device-lost path's test).
+absl::Status LaunchOutOfRangeWrite(cudaStream_t stream);
+
 }  // namespace matmul::cuda
 
 #endif  // MATMUL_KERNELS_CUDA_DEVICE_OPS_H_
