@@ -7,6 +7,7 @@
 #define MATMUL_SERVER_MATMUL_RUNNER_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/gemm_backend.h"
@@ -20,7 +21,10 @@ class MatmulRunner {
   // `device_index`: the backend's place in GetServerInfo's device list,
   // reported in every response.
   MatmulRunner(GemmBackend& backend, ServerMetrics& metrics, int device_index)
-      : backend_(backend), metrics_(metrics), device_index_(device_index) {}
+      : backend_(backend),
+        metrics_(metrics),
+        device_index_(device_index),
+        device_label_(ServerMetrics::DeviceLabel(backend)) {}
 
   // Every product of `batch` shares one batch key. Each one's `finish` has
   // run when this returns. Thread-safe.
@@ -35,6 +39,8 @@ class MatmulRunner {
   GemmBackend& backend_;
   ServerMetrics& metrics_;
   const int device_index_;
+  // The metrics' `device` label.
+  const std::string device_label_;
 };
 
 }  // namespace matmul

@@ -113,10 +113,12 @@ void MatmulServiceImpl::Submit(CallControl control,
                                absl::AnyInvocable<void(absl::Status) &&> done) {
   const absl::Time accepted = absl::Now();
   metrics_.RequestStarted();
-  // Every path ends here: count the outcome, then answer.
+  // Every path ends here: count the outcome under the request's shape
+  // (none until it is validated), then answer.
+  auto shape = std::make_shared<std::string>();
   absl::AnyInvocable<void(absl::Status)> finish =
-      [this, done = std::move(done)](absl::Status status) mutable {
-        metrics_.CountRequest(status.code());
+      [this, shape, done = std::move(done)](absl::Status status) mutable {
+        metrics_.CountRequest(*shape, status.code());
         metrics_.RequestFinished();
         std::move(done)(std::move(status));
       };
@@ -146,6 +148,7 @@ void MatmulServiceImpl::Submit(CallControl control,
     finish(plan.status());
     return;
   }
+  *shape = ShapeName(plan->problem);
   // Regions are looked up and bounds-checked now, before any queueing. On
   // a GPU backend region operands are bound as the device sees them; a
   // product with any inline operand is staged through device buffers.
