@@ -79,17 +79,15 @@ TEST(BatchingTest, RequestsQueuedTogetherShareALaunchAndGetTheirOwnResults) {
             1 + 3 + 1);
   EXPECT_EQ(MetricValue(scrape, "matmul_batch_size_sum{device=\"cpu\"}"), 25);
   // Every launch's wall time and answering time, once each.
-  EXPECT_EQ(
-      MetricValue(scrape,
-                  "matmul_launch_duration_seconds_count{device=\"cpu\"}"),
-      1 + 3 + 1);
-  EXPECT_EQ(
-      MetricValue(scrape,
-                  "matmul_answer_duration_seconds_count{device=\"cpu\"}"),
-      1 + 3 + 1);
-  EXPECT_GT(MetricValue(scrape,
-                        "matmul_launch_duration_seconds_sum{device=\"cpu\"}"),
-            0);
+  EXPECT_EQ(MetricValue(scrape,
+                        "matmul_launch_duration_seconds_count{device=\"cpu\"}"),
+            1 + 3 + 1);
+  EXPECT_EQ(MetricValue(scrape,
+                        "matmul_answer_duration_seconds_count{device=\"cpu\"}"),
+            1 + 3 + 1);
+  EXPECT_GT(
+      MetricValue(scrape, "matmul_launch_duration_seconds_sum{device=\"cpu\"}"),
+      0);
   EXPECT_EQ(MetricValue(scrape, "matmul_queue_depth"), 0);
 }
 
