@@ -98,10 +98,46 @@ def dashboard_expressions(dashboard):
     return found
 
 
-def check_dashboard(base, path, deadline):
+def check_layout(dashboard):
+    """Panel ids unique, panels inside the 24-column grid and not
+    overlapping, every query on the dashboard's datasource variable."""
     failures = []
+    panels = []
+
+    def walk(items):
+        for panel in items:
+            panels.append(panel)
+            walk(panel.get("panels", []))
+
+    walk(dashboard.get("panels", []))
+    ids = [p.get("id") for p in panels]
+    if len(set(ids)) != len(ids):
+        failures.append(f"panel ids repeat: {sorted(ids)}")
+    boxes = []
+    for panel in panels:
+        g = panel.get("gridPos")
+        title = panel.get("title")
+        if not g or not all(k in g for k in "xywh"):
+            failures.append(f'panel "{title}" has no complete gridPos')
+            continue
+        if g.get("x", 0) + g.get("w", 0) > 24:
+            failures.append(f'panel "{title}" is wider than the grid: {g}')
+        for other, o in boxes:
+            if (g["x"] < o["x"] + o["w"] and o["x"] < g["x"] + g["w"] and
+                    g["y"] < o["y"] + o["h"] and o["y"] < g["y"] + g["h"]):
+                failures.append(f'panels "{title}" and "{other}" overlap')
+        boxes.append((title, g))
+        for target in panel.get("targets", []):
+            if target.get("datasource", {}).get("uid") != "${datasource}":
+                failures.append(f'panel "{title}" target {target.get("refId")} '
+                                "does not use the ${datasource} variable")
+    return failures
+
+
+def check_dashboard(base, path, deadline):
     with open(path) as f:
         dashboard = json.load(f)
+    failures = check_layout(dashboard)
     defined = {v["name"] for v in dashboard.get("templating", {}).get("list", [])}
     pending = []
     for where, expr, _ in dashboard_expressions(dashboard):
