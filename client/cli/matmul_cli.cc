@@ -45,7 +45,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
-ABSL_FLAG(std::string, target, "unix:/tmp/matmul.sock",
+ABSL_FLAG(std::string, target, "unix:/run/matmul/matmul.sock",
           "Daemon address: unix:/path/to.sock or host:port.");
 ABSL_FLAG(bool, json, false, "Print the result as one JSON object.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
@@ -137,7 +137,8 @@ Subcommands:
         and the server's queue and kernel times. In region modes every
         slot has its own A and C and all share one B (the weights).
 
-ADDR is unix:/path/to.sock (default unix:/tmp/matmul.sock) or host:port.
+ADDR is unix:/path/to.sock (default unix:/run/matmul/matmul.sock, the
+daemon's) or host:port.
 
 Examples:
   matmul-cli info --json
