@@ -1,31 +1,58 @@
-# matmul-server for the DGX Spark (arm64) and other CUDA 13 hosts.
-#   docker build -t matmul-server .
-#   docker run --gpus all --ipc=host --pid=host -v /tmp:/tmp -p 127.0.0.1:9466:9466 matmul-server
-FROM nvidia/cuda:13.0.0-devel-ubuntu24.04 AS build
-ARG CUDA_ARCHITECTURES="90a;120a;121a"
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \
-      --no-install-recommends build-essential cmake ninja-build pkg-config \
-      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev \
-      libgtest-dev libgmock-dev \
-    && rm -rf /var/lib/apt/lists/*
-WORKDIR /src
-COPY . .
-RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-      -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" \
-    && cmake --build build --target matmul-server matmul-cli matmul-bench matmul-tune
-# The binaries plus the shared libraries they need beyond glibc and CUDA.
-RUN mkdir -p /opt/matmul/lib \
-    && cp build/server/matmul-server build/client/matmul-cli \
-          build/kernels/cuda/matmul-bench build/kernels/cuda/matmul-tune /opt/matmul/ \
-    && ldd /opt/matmul/matmul-* | awk '/=> \// {print $3}' | sort -u \
-       | grep -vE '/lib(c|m|dl|pthread|rt|cuda|cudart|cublas|cublasLt)\.so|ld-linux' \
-       | xargs -r cp -L -t /opt/matmul/lib/
+# syntax=docker/dockerfile:1
+# The matmul daemon in a container: the DGX Spark (linux/arm64, sm_121a) and
+# CUDA 13 hosts on x86-64 (linux/amd64: sm_90a Hopper, sm_120a Blackwell).
+#
+#   docker buildx build --platform linux/arm64,linux/amd64 \
+#     --build-arg GIT_COMMIT=$(git rev-parse --short=12 HEAD) -t matmul:0.1.0 .
+#   docker buildx build --platform linux/arm64 --load -t matmul:0.1.0 .   # a Spark
+#
+# The daemon runs as the unprivileged user matmul (uid/gid 990). Its unix
+# socket lives in the volume /run/matmul/: bind the host's /run/matmul
+# there, owned by uid 990 and the host group whose members may connect,
+# mode 0750, and give that group to the daemon (--group-add GID, then
+# --socket_group=GID), so the socket comes out srw-rw---- 990:GID.
+# deploy/README.md has the docker run line; deploy/compose.yaml does all of
+# it, with Prometheus and Grafana.
+#
+# The build stage runs the same scripts as the README and CI:
+# deploy/install_deps.sh, deploy/build.sh, deploy/collect_runtime.sh.
+ARG CUDA_VERSION=13.0.0
 
-FROM nvidia/cuda:13.0.0-runtime-ubuntu24.04
+FROM nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04 AS build
+# 121a: the Spark (its own SASS: sm_120a cubins do not load on sm_121);
+# 90a: H100/H200; 120a: Blackwell desktop and workstation parts.
+ARG CUDA_ARCHITECTURES="121a;90a;120a"
+# .git is not in the build context (.dockerignore): name the commit here
+# for matmul_build_info.
+ARG GIT_COMMIT=unknown
+WORKDIR /src
+COPY deploy/install_deps.sh deploy/install_deps.sh
+RUN deploy/install_deps.sh && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN BUILD_TARGETS="matmul-server matmul-cli matmul-tune matmul-bench" \
+      deploy/build.sh "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
+        "-DMATMUL_GIT_COMMIT=${GIT_COMMIT}" \
+    && deploy/collect_runtime.sh build /opt/matmul
+
+FROM nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04
+RUN groupadd --system --gid 990 matmul \
+    && useradd --system --uid 990 --gid matmul --no-create-home \
+         --home-dir /nonexistent --shell /usr/sbin/nologin matmul \
+    && install -d -o matmul -g matmul -m 0750 /run/matmul \
+    && install -d -o matmul -g matmul -m 0750 /var/cache/matmul
 COPY --from=build /opt/matmul /opt/matmul
-ENV LD_LIBRARY_PATH=/opt/matmul/lib
+ENV PATH=/opt/matmul/bin:${PATH} \
+    LD_LIBRARY_PATH=/opt/matmul/lib \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility
+USER matmul:matmul
+# The socket directory (bind the host's) and the tuning cache (kernel
+# choices timed once per GPU and driver, kept across restarts).
+VOLUME ["/run/matmul", "/var/cache/matmul"]
+# Prometheus /metrics.
 EXPOSE 9466
-ENTRYPOINT ["/opt/matmul/matmul-server"]
-CMD ["--listen=unix:/tmp/matmul.sock", "--metrics_listen=0.0.0.0:9466", \
-     "--tuning_cache=/tmp/matmul-tuning.json"]
+HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["matmul-cli", "health", "--target=unix:/run/matmul/matmul.sock", "--timeout=3s"]
+ENTRYPOINT ["matmul-server"]
+CMD ["--listen=unix:/run/matmul/matmul.sock", "--socket_mode=0660", \
+     "--metrics_listen=0.0.0.0:9466", \
+     "--tuning_cache=/var/cache/matmul/tuning.json"]

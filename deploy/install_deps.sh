@@ -12,6 +12,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev curl python3-grpcio python3-protobuf
+  prometheus python3-yaml
 )
 missing=()
 for p in "${packages[@]}"; do

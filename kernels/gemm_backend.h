@@ -3,6 +3,7 @@
 #ifndef MATMUL_KERNELS_GEMM_BACKEND_H_
 #define MATMUL_KERNELS_GEMM_BACKEND_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,19 @@ struct DeviceInfo {
   std::string compute_capability;  // "9.0", empty on the CPU
   int64_t memory_bytes = 0;
   int multiprocessors = 0;  // cores on the CPU
+  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L and the DCGM
+  // exporter's UUID label print it; empty on the CPU.
+  std::string uuid;
+};
+
+// What a metrics scrape reads from a backend now; -1 for what the backend
+// cannot tell (the CPU backend has no device memory and no tuning).
+struct BackendGauges {
+  int64_t memory_used_bytes = -1;  // cudaMemGetInfo: total - free
+  int64_t memory_total_bytes = -1;
+  int64_t tuned_shapes = -1;       // shapes with a timed kernel choice
+  int64_t tunings_succeeded = -1;  // since start
+  int64_t tunings_failed = -1;
 };
 
 class GemmBackend {
@@ -42,6 +56,9 @@ class GemmBackend {
 
   // The CUDA device the backend runs on; -1 for a backend without one.
   virtual int cuda_device() const { return -1; }
+
+  // Read at each metrics scrape, from any thread.
+  virtual BackendGauges Gauges() const { return {}; }
 
   // Computes the product in place for a problem whose pointers all address
   // memory the backend's device reads and writes (zero-copy regions).

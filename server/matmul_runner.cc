@@ -90,6 +90,10 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   // their next requests sooner, and one lock covers the whole batch.
   std::vector<RequestRecord> records;
   records.reserve(live.size());
+  double launch_flops = 0.0;
+  for (const PendingProduct* product : live) {
+    launch_flops += product->plan.problem.flops();
+  }
   for (PendingProduct* product : live) {
     // A region whose segment shrank while the product ran may have fed it
     // zeros, or swallowed its result.
@@ -119,6 +123,9 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
     record.shape = p.batch == shape.batch ? shape_name : ShapeName(p);
     record.kernel = run->kernel;
     record.flops = p.flops();
+    record.kernel_seconds =
+        launch_flops > 0 ? run->kernel_seconds * record.flops / launch_flops
+                         : 0.0;
     record.queue_seconds = absl::ToDoubleSeconds(started - product->accepted);
     record.total_seconds =
         absl::ToDoubleSeconds(absl::Now() - product->accepted);
@@ -129,12 +136,13 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
     std::move(product->finish)(absl::OkStatus());
   }
   const absl::Time answered = absl::Now();
-  metrics_.RecordRequests(records);
+  metrics_.RecordRequests(device_label_, records);
   metrics_.RecordLaunch(
-      shape_name, {.batch_size = batch_size,
-                   .kernel_seconds = run->kernel_seconds,
-                   .launch_seconds = absl::ToDoubleSeconds(ran - launched),
-                   .answer_seconds = absl::ToDoubleSeconds(answered - ran)});
+      device_label_, shape_name,
+      {.batch_size = batch_size,
+       .kernel_seconds = run->kernel_seconds,
+       .launch_seconds = absl::ToDoubleSeconds(ran - launched),
+       .answer_seconds = absl::ToDoubleSeconds(answered - ran)});
 }
 
 }  // namespace matmul

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/gemm_backend.h"
@@ -31,6 +32,7 @@ class MatmulRunner {
       : backend_(backend),
         metrics_(metrics),
         device_index_(device_index),
+        device_label_(ServerMetrics::DeviceLabel(backend)),
         on_device_lost_(std::move(on_device_lost)) {}
 
   // Every product of `batch` shares one batch key. Each one's `finish` has
@@ -46,6 +48,8 @@ class MatmulRunner {
   GemmBackend& backend_;
   ServerMetrics& metrics_;
   const int device_index_;
+  // The metrics' `device` label.
+  const std::string device_label_;
   const DeviceLostCallback on_device_lost_;
   std::atomic<bool> device_lost_{false};
 };

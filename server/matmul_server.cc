@@ -110,10 +110,14 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   ASSIGN_OR_RETURN(
       server->metrics_,
       ServerMetrics::Create(options.metrics_listen, options.max_metric_shapes,
-                            backends.front()->name()));
+                            CurrentBuildInfo()));
   for (std::unique_ptr<GemmBackend>& backend : backends) {
     DeviceLane lane;
     lane.backend = std::move(backend);
+    const GemmBackend* gauged = lane.backend.get();
+    server->metrics_->AddDevice(ServerMetrics::DeviceLabel(*gauged),
+                                gauged->devices().front(),
+                                [gauged] { return gauged->Gauges(); });
     RegionOpenOptions region_options;
     region_options.shm_prefix = options.shm_prefix;
     region_options.allow_other_shm_owners = options.allow_other_shm_owners;
@@ -136,11 +140,22 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     server->lanes_.push_back(std::move(lane));
   }
   server->metrics_->SetQueueDepthSource([raw] { return raw->queue_depth(); });
+  server->metrics_->SetQueueCapacity(static_cast<int>(server->lanes_.size()) *
+                                     options.executor.batching.max_queue_size);
   const int max_concurrent = static_cast<int>(server->lanes_.size()) *
                              (options.executor.worker_threads *
                                   options.executor.batching.max_batch_size +
                               options.executor.batching.max_queue_size);
   server->registry_ = std::make_unique<RegionRegistry>(options.regions);
+  const RegionRegistry* regions = server->registry_.get();
+  server->metrics_->SetRegionSource([regions] {
+    RegionGauges gauges;
+    gauges.sessions = regions->session_count();
+    for (const auto& [kind, totals] : regions->TotalsByKind()) {
+      gauges.kinds.push_back({kind, totals.regions, totals.bytes});
+    }
+    return gauges;
+  });
   server->service_ = std::make_unique<MatmulServiceImpl>(
       server->lanes_, *server->metrics_, *server->registry_, options.limits,
       max_concurrent, options.max_in_flight_per_client, options.shm_prefix,
@@ -186,6 +201,7 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     });
   }
   server->server_->GetHealthCheckService()->SetServingStatus(true);
+  server->metrics_->SetServing(true);
   return server;
 }
 
@@ -207,13 +223,15 @@ void MatmulServer::DeviceLost(const absl::Status& status) {
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
   }
+  metrics_->SetServing(false);
   if (on_device_lost_) on_device_lost_(status);
 }
 
 MatmulServer::~MatmulServer() {
   Shutdown(absl::ZeroDuration());
-  // The metrics endpoint outlives the executor it reads the depth from.
-  if (metrics_ != nullptr) metrics_->SetQueueDepthSource(nullptr);
+  // The metrics endpoint outlives the executors, backends and registry it
+  // reads from.
+  if (metrics_ != nullptr) metrics_->ClearSources();
 }
 
 void MatmulServer::Shutdown(absl::Duration grace) {
@@ -225,6 +243,7 @@ void MatmulServer::Shutdown(absl::Duration grace) {
   }
   if (server_ != nullptr) {
     server_->GetHealthCheckService()->SetServingStatus(false);
+    metrics_->SetServing(false);
     service_->CloseAllSessions();
     // Waits for calls in progress (whose products the executor is still
     // running) until the deadline, then cancels what remains.

@@ -128,10 +128,12 @@ void MatmulServiceImpl::Submit(CallControl control,
                                absl::AnyInvocable<void(absl::Status) &&> done) {
   const absl::Time accepted = absl::Now();
   metrics_.RequestStarted();
-  // Every path ends here: count the outcome, then answer.
+  // Every path ends here: count the outcome under the request's shape
+  // (none until it is validated), then answer.
+  auto shape = std::make_shared<std::string>();
   absl::AnyInvocable<void(absl::Status)> finish =
-      [this, done = std::move(done)](absl::Status status) mutable {
-        metrics_.CountRequest(status.code());
+      [this, shape, done = std::move(done)](absl::Status status) mutable {
+        metrics_.CountRequest(*shape, status.code());
         metrics_.RequestFinished();
         std::move(done)(std::move(status));
       };
@@ -145,6 +147,7 @@ void MatmulServiceImpl::Submit(CallControl control,
     finish(plan.status());
     return;
   }
+  *shape = ShapeName(plan->problem);
   if (absl::Status access = CheckRegionAccess(control, *request);
       !access.ok()) {
     finish(std::move(access));

@@ -75,22 +75,20 @@ TEST(BatchingTest, RequestsQueuedTogetherShareALaunchAndGetTheirOwnResults) {
   // other key's 4 run together.
   EXPECT_EQ(largest, 8);
   const std::string scrape = daemon.server().metrics().Scrape();
-  EXPECT_EQ(MetricValue(scrape, "matmul_batch_size_count{backend=\"cpu\"}"),
+  EXPECT_EQ(MetricValue(scrape, "matmul_batch_size_count{device=\"cpu\"}"),
             1 + 3 + 1);
-  EXPECT_EQ(MetricValue(scrape, "matmul_batch_size_sum{backend=\"cpu\"}"), 25);
+  EXPECT_EQ(MetricValue(scrape, "matmul_batch_size_sum{device=\"cpu\"}"), 25);
   // Every launch's wall time and answering time, once each.
-  EXPECT_EQ(
-      MetricValue(scrape,
-                  "matmul_launch_duration_seconds_count{backend=\"cpu\"}"),
-      1 + 3 + 1);
-  EXPECT_EQ(
-      MetricValue(scrape,
-                  "matmul_answer_duration_seconds_count{backend=\"cpu\"}"),
-      1 + 3 + 1);
-  EXPECT_GT(MetricValue(scrape,
-                        "matmul_launch_duration_seconds_sum{backend=\"cpu\"}"),
-            0);
-  EXPECT_EQ(MetricValue(scrape, "matmul_queue_depth{backend=\"cpu\"}"), 0);
+  EXPECT_EQ(MetricValue(scrape,
+                        "matmul_launch_duration_seconds_count{device=\"cpu\"}"),
+            1 + 3 + 1);
+  EXPECT_EQ(MetricValue(scrape,
+                        "matmul_answer_duration_seconds_count{device=\"cpu\"}"),
+            1 + 3 + 1);
+  EXPECT_GT(
+      MetricValue(scrape, "matmul_launch_duration_seconds_sum{device=\"cpu\"}"),
+      0);
+  EXPECT_EQ(MetricValue(scrape, "matmul_queue_depth"), 0);
 }
 
 TEST(BatchingTest, ALoneRequestWaitsTheDelayAndNoLonger) {
@@ -190,7 +188,7 @@ TEST(BatchingTest, ACancelledCallIsDroppedWithoutRunning) {
   }));
   // Only the slow product ran.
   EXPECT_EQ(metric("matmul_requests_total{code=\"ok\"}"), 1);
-  EXPECT_EQ(metric("matmul_batch_size_count{backend=\"cpu\"}"), 1);
+  EXPECT_EQ(metric("matmul_batch_size_count{device=\"cpu\"}"), 1);
 }
 
 // Two lanes (CPU backends standing in for two GPUs): a request with inline

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
@@ -40,14 +42,41 @@ inline std::string FreshSocketPath() {
                       counter.fetch_add(1), ".sock");
 }
 
-// The value of one sample line of a Prometheus text scrape, e.g.
-// MetricValue(scrape, "matmul_requests_total{code=\"ok\"}"); -1 if absent.
+// The sum of the samples of a Prometheus text scrape that `series` selects:
+// those of its name that carry every label it gives (others may differ), e.g.
+// MetricValue(scrape, "matmul_requests_total{code=\"ok\"}") sums the OK
+// requests of every shape; -1 if none matches.
 inline double MetricValue(const std::string& scrape,
                           const std::string& series) {
-  const std::string key = "\n" + series + " ";
-  const size_t at = ("\n" + scrape).find(key);
-  if (at == std::string::npos) return -1;
-  return std::stod(scrape.substr(at + key.size() - 1));
+  const size_t brace = series.find('{');
+  const std::string name = series.substr(0, brace);
+  std::vector<std::string> wanted;
+  if (brace != std::string::npos) {
+    wanted = absl::StrSplit(series.substr(brace + 1, series.size() - brace - 2),
+                            ',', absl::SkipEmpty());
+  }
+  double sum = 0;
+  bool found = false;
+  for (absl::string_view line : absl::StrSplit(scrape, '\n')) {
+    if (!absl::StartsWith(line, name)) continue;
+    const size_t space = line.rfind(' ');
+    absl::string_view labels = line.substr(name.size(), space - name.size());
+    if (space == absl::string_view::npos ||
+        (!labels.empty() && labels.front() != '{')) {
+      continue;
+    }
+    bool all = true;
+    for (const std::string& label : wanted) {
+      all = all && (absl::StrContains(labels, absl::StrCat("{", label, ",")) ||
+                    absl::StrContains(labels, absl::StrCat("{", label, "}")) ||
+                    absl::StrContains(labels, absl::StrCat(",", label, ",")) ||
+                    absl::StrContains(labels, absl::StrCat(",", label, "}")));
+    }
+    if (!all) continue;
+    sum += std::stod(std::string(line.substr(space + 1)));
+    found = true;
+  }
+  return found ? sum : -1;
 }
 
 // Lines of /proc/self/maps that map /dev/shm/<name>: the daemon runs in

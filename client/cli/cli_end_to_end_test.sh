@@ -1,7 +1,7 @@
 #!/bin/sh
 # matmul-cli against a real matmul-server (CPU backend) on a temporary unix
-# socket: info, a checked product in every layout, JSON output, the load
-# generator.
+# socket: info, health, a checked product in every layout, JSON output, the
+# load generator, and health again while the daemon drains.
 # Usage: cli_end_to_end_test.sh path/to/matmul-cli path/to/matmul-server
 cli="$1"
 server="$2"
@@ -27,6 +27,9 @@ run() {
   fi
 }
 
+run health "$target" --timeout=5s
+grep -qx 'SERVING' "$dir/out" ||
+  { echo "FAIL: health did not print SERVING"; cat "$dir/out"; failures=$((failures + 1)); }
 run info "$target"
 run info "$target" --json
 run run "$target" --shape=127x255x63 --check
@@ -59,6 +62,23 @@ run bench --plot_only --compare="$dir/a.json" --plot="$dir/again.png"
 # A tolerance no BF16 result can meet must fail the check with exit 1.
 "$cli" run "$target" --shape=64x64x64 --check --tolerance=1e-12 >/dev/null 2>&1
 [ $? -eq 1 ] || { echo "FAIL: impossible tolerance passed"; failures=$((failures + 1)); }
+
+# Draining: SIGTERM while a slow product runs turns health NOT_SERVING and
+# refuses new calls; either way the probe must fail, and say why.
+"$cli" run "$target" --shape=1500x1500x1500 >/dev/null 2>&1 &
+slow_pid=$!
+sleep 0.5
+kill -TERM "$server_pid"
+sleep 0.2
+if "$cli" health "$target" --timeout=2s >"$dir/out" 2>&1; then
+  echo "FAIL: health passed against a draining daemon"
+  failures=$((failures + 1))
+elif ! grep -q 'NOT_SERVING\|health check failed' "$dir/out"; then
+  echo "FAIL: health against a draining daemon gave no reason:"
+  cat "$dir/out"
+  failures=$((failures + 1))
+fi
+wait "$slow_pid" 2>/dev/null
 
 [ "$failures" -eq 0 ] && echo "PASS" && exit 0
 exit 1

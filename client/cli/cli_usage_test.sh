@@ -48,12 +48,19 @@ expect 2 bench --rings=1 --mode=shm --stream
 expect 2 bench --rings=-1 --mode=shm
 expect 2 bench --compare=/nonexistent.json --plot_only --plot=/tmp/x.png
 expect 1 info --target="$nobody"
+expect 1 health --target="$nobody"
+expect 2 health --timeout=0s
+expect 2 health extra_argument
 expect 1 run --target="$nobody" --shape=8x8x8
 expect 1 bench --target="$nobody" --shape=8x8x8 --concurrency=1
 
 # The usage error says what was wrong.
 "$cli" run --shape=12x3 2>&1 | grep -q 'expected MxNxK' ||
   { echo "FAIL: no MxNxK hint for a bad --shape"; failures=$((failures + 1)); }
+
+# A probe against no daemon says where it looked.
+"$cli" health --target="$nobody" 2>&1 | grep -q "is matmul-server listening on $nobody" ||
+  { echo "FAIL: health against no daemon does not name the target"; failures=$((failures + 1)); }
 
 [ "$failures" -eq 0 ] && echo "PASS" && exit 0
 exit 1

@@ -1,7 +1,9 @@
-// matmul-cli: asks a matmul daemon what it is (`info`), runs a random
-// product through it, timed and optionally checked against the FP64
-// reference (`run`), or loads it at several concurrency levels (`bench`).
-// Exit codes: 0 ok, 1 RPC or check failure, 2 usage.
+// matmul-cli: asks a matmul daemon what it is (`info`) or whether it serves
+// (`health`, grpc.health.v1: the probe of the container and Kubernetes
+// manifests in deploy/), runs a random product through it, timed and
+// optionally checked against the FP64 reference (`run`), or loads it at
+// several concurrency levels (`bench`).
+// Exit codes: 0 ok, 1 RPC or check failure (or not serving), 2 usage.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -39,8 +41,11 @@
 #include "common/flags_help.h"
 #include "common/status_macros.h"
 #include "google/protobuf/util/json_util.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 
-ABSL_FLAG(std::string, target, "unix:/tmp/matmul.sock",
+ABSL_FLAG(std::string, target, "unix:/run/matmul/matmul.sock",
           "Daemon address: unix:/path/to.sock or host:port.");
 ABSL_FLAG(bool, json, false, "Print the result as one JSON object.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
@@ -96,6 +101,7 @@ constexpr char kUsage[] = R"(a command-line client for the matmul daemon.
 
 Usage:
   matmul-cli info [--target=ADDR] [--json]
+  matmul-cli health [--target=ADDR] [--timeout=DURATION]
   matmul-cli run  [--target=ADDR] [--shape=MxNxK] [--transpose_a]
                   [--transpose_b] [--batch=N [--broadcast_a] [--broadcast_b]]
                   [--alpha=F] [--beta=F] [--out_dtype=bf16|fp32]
@@ -111,6 +117,12 @@ Usage:
 Subcommands:
   info  Prints the daemon's version, backend, devices, limits and dtypes
         (GetServerInfo).
+  health
+        Asks the daemon's grpc.health.v1 service whether it serves: prints
+        SERVING and exits 0 when it does; exits 1, saying why, when nothing
+        answers at ADDR or the daemon is NOT_SERVING (draining on SIGTERM,
+        or stopped serving after a device fault). For container and
+        Kubernetes probes: matmul-cli health --timeout=3s.
   run   Sends a product of random BF16 operands and prints the wall-clock
         latency around the RPC, GFLOP/s, the server's own queue/kernel/total
         times, and the backend and kernel that ran. --check recomputes it
@@ -125,17 +137,20 @@ Subcommands:
         and the server's queue and kernel times. In region modes every
         slot has its own A and C and all share one B (the weights).
 
-ADDR is unix:/path/to.sock (default unix:/tmp/matmul.sock) or host:port.
+ADDR is unix:/path/to.sock (default unix:/run/matmul/matmul.sock, the
+daemon's) or host:port.
 
 Examples:
   matmul-cli info --json
+  matmul-cli health --target=unix:/run/matmul/matmul.sock --timeout=3s
   matmul-cli run --shape=127x255x63 --check
   matmul-cli run --shape=4096x4096x4096 --transpose_b --iterations=20
   matmul-cli run --shape=4096x4096x4096 --mode=shm --iterations=20
   matmul-cli bench --shape=16x4096x4096 --transpose_b --mode=ipc \
       --label="batching on" --save=on.json --plot=chart.png
 
-Exit codes: 0 ok, 1 RPC failure or --check mismatch, 2 usage error.)";
+Exit codes: 0 ok, 1 RPC failure, --check mismatch or not serving, 2 usage
+error.)";
 
 // Everything `run` needs, read from the flags once and validated.
 struct RunOptions {
@@ -394,6 +409,38 @@ int RunInfo(absl::string_view target, absl::Duration timeout, bool json) {
                                   DTypeList(info->supported_input_dtypes()))
             << absl::StreamFormat("output dtypes: %s\n",
                                   DTypeList(info->supported_output_dtypes()));
+  return kExitOk;
+}
+
+// grpc.health.v1 Check for the whole server (service ""). A plain channel
+// without wait-for-ready: a probe must fail fast when nothing listens.
+int RunHealth(absl::string_view target, absl::Duration timeout) {
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
+      std::string(target), grpc::InsecureChannelCredentials());
+  std::unique_ptr<grpc::health::v1::Health::Stub> stub =
+      grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::health::v1::HealthCheckRequest request;
+  grpc::health::v1::HealthCheckResponse response;
+  const grpc::Status status = stub->Check(&context, request, &response);
+  if (!status.ok()) {
+    return RpcError(
+        "health check",
+        absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                     status.error_message()),
+        target);
+  }
+  const std::string name =
+      grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+          response.status());
+  if (response.status() != grpc::health::v1::HealthCheckResponse::SERVING) {
+    std::cerr << "matmul-cli: the daemon at " << target << " is " << name
+              << ", not SERVING (draining after SIGTERM, or stopped serving "
+                 "after a fault; its supervisor should restart it)\n";
+    return kExitFailure;
+  }
+  std::cout << name << "\n";
   return kExitOk;
 }
 
@@ -732,7 +779,8 @@ int Main(int argc, char** argv) {
   }
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   if (positional.size() < 2) {
-    return UsageError("missing subcommand; expected 'info', 'run' or 'bench'");
+    return UsageError(
+        "missing subcommand; expected 'info', 'health', 'run' or 'bench'");
   }
   if (positional.size() > 2) {
     return UsageError(absl::StrCat("unexpected argument '", positional[2],
@@ -747,14 +795,22 @@ int Main(int argc, char** argv) {
     return RunInfo(absl::GetFlag(FLAGS_target), timeout,
                    absl::GetFlag(FLAGS_json));
   }
+  if (subcommand == "health") {
+    const absl::Duration timeout = absl::GetFlag(FLAGS_timeout);
+    if (timeout <= absl::ZeroDuration()) {
+      return UsageError("--timeout must be positive");
+    }
+    return RunHealth(absl::GetFlag(FLAGS_target), timeout);
+  }
   if (subcommand == "run") {
     absl::StatusOr<RunOptions> options = RunOptionsFromFlags();
     if (!options.ok()) return UsageError(options.status().message());
     return RunProduct(*options);
   }
   if (subcommand == "bench") return RunBenchCommand();
-  return UsageError(absl::StrCat("unknown subcommand '", subcommand,
-                                 "'; expected 'info', 'run' or 'bench'"));
+  return UsageError(
+      absl::StrCat("unknown subcommand '", subcommand,
+                   "'; expected 'info', 'health', 'run' or 'bench'"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_ops.h"
@@ -264,6 +265,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   info.compute_capability = absl::StrCat(prop.major, ".", prop.minor);
   info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
   info.multiprocessors = prop.multiProcessorCount;
+  const auto* u = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+  info.uuid = absl::StrFormat(
+      "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%"
+      "02x",
+      u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11],
+      u[12], u[13], u[14], u[15]);
 
   cuda::SelectorOptions selector_options;
   selector_options.device = options.device;
@@ -751,6 +758,24 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(
         CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
   }
   return info;
+}
+
+BackendGauges CudaBackend::Gauges() const {
+  BackendGauges gauges;
+  // cudaMemGetInfo reports on the calling thread's current device.
+  absl::StatusOr<cuda::ScopedDevice> scoped =
+      cuda::ScopedDevice::Create(options_.device);
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  if (scoped.ok() && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    gauges.memory_used_bytes = static_cast<int64_t>(total_bytes - free_bytes);
+    gauges.memory_total_bytes = static_cast<int64_t>(total_bytes);
+  }
+  gauges.tuned_shapes = static_cast<int64_t>(selector_->tuned_count());
+  const cuda::GemmSelector::TuningCounts tunings = selector_->tuning_counts();
+  gauges.tunings_succeeded = tunings.succeeded;
+  gauges.tunings_failed = tunings.failed;
+  return gauges;
 }
 
 absl::StatusOr<std::unique_ptr<GemmBackend>> CreateCudaBackend(

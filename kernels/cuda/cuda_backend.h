@@ -119,6 +119,8 @@ class CudaBackend : public GemmBackend {
   cuda::GemmSelector& selector() { return *selector_; }
   int device() const { return options_.device; }
   int cuda_device() const override { return options_.device; }
+  // Device memory (cudaMemGetInfo) and the selector's tuning counts.
+  BackendGauges Gauges() const override;
 
  private:
   // What one call in flight uses alone.

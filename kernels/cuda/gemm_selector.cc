@@ -636,6 +636,8 @@ void GemmSelector::WorkerLoop() {
       std::shared_ptr<void> held = guard ? guard() : nullptr;
       tuned = Tune(problem);
     }
+    (tuned.ok() ? tunings_succeeded_ : tunings_failed_)
+        .fetch_add(1, std::memory_order_relaxed);
     if (!tuned.ok()) {
       std::fprintf(stderr, "GemmSelector: background tuning of %s failed: %s\n",
                    Key(problem).c_str(), tuned.status().ToString().c_str());

@@ -19,8 +19,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -155,6 +157,17 @@ class GemmSelector {
   // Number of tuned choices in memory.
   size_t tuned_count() const;
 
+  // Background tunings that stored a choice and that failed, since start
+  // (matmul_tuning_total).
+  struct TuningCounts {
+    int64_t succeeded = 0;
+    int64_t failed = 0;
+  };
+  TuningCounts tuning_counts() const {
+    return {tunings_succeeded_.load(std::memory_order_relaxed),
+            tunings_failed_.load(std::memory_order_relaxed)};
+  }
+
  private:
   GemmSelector(const SelectorOptions& options, int max_shared_bytes,
                std::string environment, std::unique_ptr<CublasLtGemm> lt);
@@ -177,6 +190,8 @@ class GemmSelector {
   bool worker_busy_ = false;                                // guarded by mu_
   bool stopping_ = false;                                   // guarded by mu_
   std::function<std::shared_ptr<void>()> tuning_guard_;     // guarded by mu_
+  std::atomic<int64_t> tunings_succeeded_{0};
+  std::atomic<int64_t> tunings_failed_{0};
   std::condition_variable work_cv_;
   std::condition_variable idle_cv_;
   // Serialises timing runs (worker vs. Tune() callers), so two tunings do

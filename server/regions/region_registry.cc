@@ -172,4 +172,18 @@ int RegionRegistry::region_count() const {
   return count;
 }
 
+absl::flat_hash_map<std::string, RegionRegistry::KindTotals>
+RegionRegistry::TotalsByKind() const {
+  absl::ReaderMutexLock lock(&mu_);
+  absl::flat_hash_map<std::string, KindTotals> totals;
+  for (const auto& [id, session] : sessions_) {
+    for (const auto& [region_id, region] : session->regions) {
+      KindTotals& total = totals[region->kind()];
+      ++total.regions;
+      total.bytes += region->size_bytes();
+    }
+  }
+  return totals;
+}
+
 }  // namespace matmul

@@ -74,6 +74,12 @@ class RegionRegistry {
 
   int session_count() const;
   int region_count() const;
+  // Regions registered now and their bytes, by kind (for the metrics).
+  struct KindTotals {
+    int regions = 0;
+    int64_t bytes = 0;
+  };
+  absl::flat_hash_map<std::string, KindTotals> TotalsByKind() const;
 
  private:
   using RegionMap = absl::flat_hash_map<std::string, std::shared_ptr<Region>>;
