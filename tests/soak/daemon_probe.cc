@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <netdb.h>
-#include <signal.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -30,9 +29,14 @@ std::optional<std::string> ReadFile(const std::string& path) {
   return text.str();
 }
 
-// Field 22 of /proc/<pid>/stat (starttime), counted after the command
-// name's closing parenthesis, which may itself contain spaces.
-std::optional<uint64_t> StartTicks(int pid) {
+struct ProcStat {
+  char state = '?';
+  uint64_t start_ticks = 0;
+};
+
+// Fields 3 (state) and 22 (starttime) of /proc/<pid>/stat, counted after
+// the command name's closing parenthesis, which may itself hold spaces.
+std::optional<ProcStat> ReadProcStat(int pid) {
   std::optional<std::string> stat =
       ReadFile(absl::StrCat("/proc/", pid, "/stat"));
   if (!stat.has_value()) return std::nullopt;
@@ -40,12 +44,13 @@ std::optional<uint64_t> StartTicks(int pid) {
   if (paren == std::string::npos) return std::nullopt;
   std::vector<absl::string_view> fields = absl::StrSplit(
       absl::string_view(*stat).substr(paren + 1), ' ', absl::SkipEmpty());
-  // fields[0] is field 3 (state); starttime is field 22.
-  uint64_t ticks = 0;
-  if (fields.size() < 20 || !absl::SimpleAtoi(fields[19], &ticks)) {
+  ProcStat parsed;
+  if (fields.size() < 20 || fields[0].empty() ||
+      !absl::SimpleAtoi(fields[19], &parsed.start_ticks)) {
     return std::nullopt;
   }
-  return ticks;
+  parsed.state = fields[0][0];
+  return parsed;
 }
 
 std::optional<int64_t> RssBytes(int pid) {
@@ -107,8 +112,12 @@ absl::StatusOr<std::unique_ptr<DaemonProbe>> DaemonProbe::Create(
 DaemonSnapshot DaemonProbe::Sample() const {
   DaemonSnapshot snapshot;
   if (pid_ > 0) {
-    snapshot.alive = kill(pid_, 0) == 0 || errno == EPERM;
-    snapshot.start_ticks = StartTicks(pid_);
+    // A daemon that died stays a zombie until its parent reaps it.
+    const std::optional<ProcStat> stat = ReadProcStat(pid_);
+    snapshot.alive =
+        stat.has_value() && stat->state != 'Z' && stat->state != 'X';
+    if (!snapshot.alive) return snapshot;
+    snapshot.start_ticks = stat->start_ticks;
     snapshot.rss_bytes = RssBytes(pid_);
     snapshot.open_fds = CountDirEntries(absl::StrCat("/proc/", pid_, "/fd"));
     snapshot.shm_mappings = ShmMappings(pid_, shm_prefix_);

@@ -287,19 +287,14 @@ int Main(char** argv) {
   for (std::unique_ptr<SoakWorker>& worker : workers) {
     threads.emplace_back([&worker, &stop] { worker->Run(stop); });
   }
-  // The watchdog: the daemon must keep answering, and stay the same
-  // process, all along.
+  // The watchdog: the daemon must stay the same process, and keep
+  // answering, all along. (The process first: a dead daemon's socket keeps
+  // the monitor's wait-for-ready call waiting for its whole timeout.)
   std::optional<int64_t> peak_rss = baseline.snapshot.rss_bytes;
   bool daemon_lost = false;
   const absl::Time end = start + absl::GetFlag(FLAGS_duration);
   while (absl::Now() < end) {
     absl::SleepFor(std::min(absl::Seconds(1), end - absl::Now()));
-    absl::StatusOr<v1::GetServerInfoResponse> ping =
-        (*monitor)->GetServerInfo(absl::GetFlag(FLAGS_watchdog_timeout));
-    if (!ping.ok()) {
-      shared.tally().Fail("watchdog", absl::StrCat("GetServerInfo: ",
-                                                   ping.status().ToString()));
-    }
     if (report.daemon_pid != 0) {
       DaemonSnapshot now = (*probe)->Sample();
       if (now.rss_bytes.has_value()) {
@@ -312,6 +307,12 @@ int Main(char** argv) {
         daemon_lost = true;
         break;
       }
+    }
+    absl::StatusOr<v1::GetServerInfoResponse> ping =
+        (*monitor)->GetServerInfo(absl::GetFlag(FLAGS_watchdog_timeout));
+    if (!ping.ok()) {
+      shared.tally().Fail("watchdog", absl::StrCat("GetServerInfo: ",
+                                                   ping.status().ToString()));
     }
   }
   stop = true;

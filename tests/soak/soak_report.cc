@@ -9,13 +9,18 @@
 namespace matmul::soak {
 namespace {
 
-template <typename T>
-std::string Text(const std::optional<T>& value) {
+// Every sampled quantity is a count or a byte size: whole numbers.
+std::string Text(const std::optional<double>& value) {
+  return value.has_value() ? absl::StrFormat("%.0f", *value) : "n/a";
+}
+std::string Text(const std::optional<int64_t>& value) {
   return value.has_value() ? absl::StrCat(*value) : "n/a";
 }
 
-template <typename T>
-std::string Json(const std::optional<T>& value) {
+std::string Json(const std::optional<double>& value) {
+  return value.has_value() ? absl::StrFormat("%.0f", *value) : "null";
+}
+std::string Json(const std::optional<int64_t>& value) {
   return value.has_value() ? absl::StrCat(*value) : "null";
 }
 
@@ -90,12 +95,12 @@ void PrintReport(const SoakReport& r, std::ostream& out) {
       "killed: %d\n",
       r.totals.checked_products, r.totals.wrong_results, r.totals.unexpected,
       r.holders_killed);
-  out << absl::StrFormat("daemon pid %d: %s; restarts: %d\n", r.daemon_pid,
-                         r.daemon_pid == 0
-                             ? "not watched (no --daemon_pid)"
-                             : (r.same_process ? "same process throughout"
-                                               : "NOT the same process"),
-                         r.same_process ? 0 : 1);
+  out << absl::StrFormat(
+      "daemon pid %d: %s; restarts (or deaths): %d\n", r.daemon_pid,
+      r.daemon_pid == 0
+          ? "not watched (no --daemon_pid)"
+          : (r.same_process ? "same process throughout" : "DIED OR RESTARTED"),
+      r.same_process ? 0 : 1);
   out << absl::StrFormat("\n%-20s %14s %14s\n", "daemon", "start",
                          absl::StrFormat("end (+%.1f s)", r.settle_seconds));
   for (const Row& row : Rows(r)) {

@@ -160,6 +160,9 @@ bool SoakWorker::EnsureSession() {
       Session::Open(*client_, "matmul-soak", options_.call_timeout);
   if (!tally().Record("setup", "OpenSession", session.status(),
                       {StatusCode::kOk})) {
+    // Failed already: no need to fail again thousands of times a second
+    // (a daemon that died fails every call at once).
+    absl::SleepFor(absl::Milliseconds(50));
     return false;
   }
   session_ = *std::move(session);
@@ -620,9 +623,12 @@ void SoakWorker::Unregister() {
   std::vector<RegionRequest> placed;
   std::vector<std::future<absl::StatusOr<v1::MatmulResponse>>> answers;
   for (int i = 0; i < kRacedProducts; ++i) {
+    // The first one is sent again afterwards, so it must name the region.
+    RegionPlacement placement = RandomPlacement();
+    if (i == 0) placement.a = true;
     absl::StatusOr<RegionRequest> one = MakeRandomRegionRequest(
         RandomSpec(1, options_.max_dim), rng_, (*segment)->bytes(),
-        (*region)->id(), session_->session_id(), RandomPlacement(),
+        (*region)->id(), session_->session_id(), placement,
         stride * static_cast<uint64_t>(i));
     if (!one.ok()) return tally().Fail("unregister", one.status().ToString());
     answers.push_back(
@@ -675,9 +681,12 @@ void SoakWorker::Truncate() {
   std::vector<RegionRequest> placed;
   std::vector<std::future<absl::StatusOr<v1::MatmulResponse>>> answers;
   for (int i = 0; i < kRacedProducts; ++i) {
+    // The first one is sent again afterwards, so it must name the region.
+    RegionPlacement placement = RandomPlacement();
+    if (i == 0) placement.a = true;
     absl::StatusOr<RegionRequest> one = MakeRandomRegionRequest(
         RandomSpec(1, options_.max_dim), rng_, (*segment)->bytes(),
-        (*region)->id(), session_->session_id(), RandomPlacement(),
+        (*region)->id(), session_->session_id(), placement,
         stride * static_cast<uint64_t>(i));
     if (!one.ok()) return tally().Fail("truncate", one.status().ToString());
     answers.push_back(
