@@ -35,6 +35,7 @@
 #include "client/cuda_memory.h"
 #include "client/request_builder.h"
 #include "common/flags_help.h"
+#include "google/protobuf/stubs/logging.h"
 #include "tests/soak/daemon_probe.h"
 #include "tests/soak/soak_report.h"
 #include "tests/soak/soak_scenarios.h"
@@ -56,7 +57,8 @@ ABSL_FLAG(absl::Duration, duration, absl::Seconds(60), "How long to soak.");
 ABSL_FLAG(std::string, scenarios, "all",
           "all, or a comma-separated list of scenarios; '-name' removes one "
           "(all,-truncate). Names: product_inline, product_shm, "
-          "product_ring, product_stream, malformed, oversized, cancel, "
+          "product_ring, product_stream, malformed, unparseable, "
+          "oversized, cancel, "
           "deadline, unregister, truncate, stream_drop, ring_drop, kill, "
           "product_ipc, product_vmm.");
 ABSL_FLAG(std::string, regions, "shm",
@@ -90,6 +92,16 @@ struct Baseline {
   DaemonSnapshot snapshot;
   std::set<std::string> shm;
 };
+
+// The unparseable scenario serializes invalid UTF-8 on purpose; protobuf
+// logs each such message, which would bury the report.
+void LogProtobufExceptUtf8(google::protobuf::LogLevel level,
+                           const char* filename, int line,
+                           const std::string& message) {
+  if (absl::StrContains(message, "UTF-8")) return;
+  std::cerr << "[libprotobuf " << level << " " << filename << ":" << line
+            << "] " << message << "\n";
+}
 
 std::string DefaultHolderPath(const char* argv0) {
   char self[4096];
@@ -418,6 +430,7 @@ int main(int argc, char** argv) {
       "--metrics=127.0.0.1:9466 --duration=60s\n\n"
       "tests/soak/run_soak.sh starts a daemon and runs this against it.");
   matmul::HelpListsFlagsFrom("soak_main.cc");
+  google::protobuf::SetLogHandler(&matmul::soak::LogProtobufExceptUtf8);
   // SIGPIPE from a peer that went away must not end the soak.
   signal(SIGPIPE, SIG_IGN);
   absl::ParseCommandLine(argc, argv);

@@ -19,6 +19,7 @@ constexpr ScenarioInfo kScenarios[] = {
     {Scenario::kProductRing, "product_ring", 5, true},
     {Scenario::kProductStream, "product_stream", 3, true},
     {Scenario::kMalformed, "malformed", 4, true},
+    {Scenario::kUnparseable, "unparseable", 1, true},
     {Scenario::kOversized, "oversized", 1, true},
     {Scenario::kCancel, "cancel", 3, true},
     {Scenario::kDeadline, "deadline", 3, true},

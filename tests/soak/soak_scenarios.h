@@ -18,6 +18,7 @@ enum class Scenario {
   kProductRing,    // the same through the worker's request ring
   kProductStream,  // checked products over one MatmulStream
   kMalformed,      // bad dtype, shape, strides, sizes, region references
+  kUnparseable,    // a message that does not parse (unary and in a stream)
   kOversized,      // a message (or an answer) over --max_message_bytes
   kCancel,         // TryCancel while the product is in flight
   kDeadline,       // deadlines that pass before or while it runs

@@ -128,6 +128,8 @@ void SoakWorker::Step(Scenario scenario) {
       return ProductStream();
     case Scenario::kMalformed:
       return Malformed();
+    case Scenario::kUnparseable:
+      return Unparseable();
     case Scenario::kOversized:
       return Oversized();
     case Scenario::kCancel:
@@ -511,6 +513,54 @@ void SoakWorker::Malformed() {
     status = client_->Matmul(request, options_.call_timeout).status();
   }
   tally().Record("malformed", what, status, {expected});
+}
+
+void SoakWorker::Unparseable() {
+  // proto3 strings must be UTF-8: the client sends these bytes, the daemon
+  // cannot parse the message.
+  v1::MatmulRequest garbage;
+  garbage.set_session_id("\xff\xfe not UTF-8");
+  garbage.set_request_id(1);
+  if (rng_() % 2 == 0) {
+    tally().Record("unparseable", "Matmul",
+                   client_->Matmul(garbage, options_.call_timeout).status(),
+                   {StatusCode::kInvalidArgument});
+    return;
+  }
+  // In a stream, before a good request: the bad message gets an in-band
+  // error (or ends the stream with INVALID_ARGUMENT), never a silent end.
+  absl::StatusOr<v1::MatmulRequest> good =
+      MakeRandomRequest(RandomSpec(1, options_.max_dim), rng_);
+  if (!good.ok()) return tally().Fail("unparseable", good.status().ToString());
+  good->set_request_id(2);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.call_timeout));
+  auto stream = client_->stub().MatmulStream(&context);
+  stream->Write(garbage);
+  stream->Write(*good);
+  stream->WritesDone();
+  int answers = 0;
+  for (v1::MatmulResponse response; stream->Read(&response);) {
+    ++answers;
+    if (response.request_id() == 2) {
+      if (tally().Record("unparseable", "good message after a bad one",
+                         ResponseStatus(response), {StatusCode::kOk})) {
+        CheckInline("unparseable", *good, response);
+      }
+    } else {
+      tally().Record("unparseable", "bad stream message",
+                     ResponseStatus(response), {StatusCode::kInvalidArgument});
+    }
+  }
+  const absl::Status status = StatusOf(stream->Finish());
+  if (status.ok() && answers < 2) {
+    tally().Fail("unparseable",
+                 absl::StrCat("MatmulStream ended OK after ", answers,
+                              " answers to 2 messages (one did not parse)"));
+    return;
+  }
+  tally().Record("unparseable", "MatmulStream", status,
+                 {StatusCode::kOk, StatusCode::kInvalidArgument});
 }
 
 void SoakWorker::Oversized() {

@@ -122,6 +122,7 @@ class SoakWorker {
   void ProductStream();
   void ProductGpu(CudaMemory::Kind kind);
   void Malformed();
+  void Unparseable();
   void Oversized();
   void Cancel();
   void Deadline();
