@@ -4,10 +4,23 @@
 // at a random moment anywhere in that sequence. The daemon must then
 // release everything the process held.
 //
-//   soak_holder TARGET SHM_PREFIX SEED MAX_DIM
+// With "truncate_ring" it also truncates its own ring's segment to 0 bytes
+// once requests are in it: the daemon, which polls the ring, must survive
+// that. Its own threads then fault on the ring too; each is parked in the
+// SIGBUS handler, so the process (and its session and ring) lives on until
+// it is killed.
+// The segment is unlinked by then; it is reached through
+// /proc/self/map_files, which needs CAP_SYS_ADMIN: without it the holder
+// exits with status 3.
+//
+//   soak_holder TARGET SHM_PREFIX SEED MAX_DIM [truncate_ring]
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdint>
-#include <cstdlib>
 #include <deque>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <memory>
@@ -16,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "client/region_request_builder.h"
@@ -35,13 +49,48 @@ int Fail(const char* what, const absl::Status& status) {
   return 1;
 }
 
+constexpr int kNoMapFiles = 3;
+
+// A thread that touched the truncated ring stays here: returning would
+// fault again, and dying would end the session the daemon must keep
+// serving. Only async-signal-safe calls.
+void ParkFaultingThread(int) {
+  for (;;) pause();
+}
+
+// Truncates the shm object /dev/shm/<name> that this process maps (and
+// may have unlinked) to 0 bytes; false when it cannot be reached.
+bool TruncateMapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string path = "/dev/shm/" + name;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(path) == std::string::npos) continue;
+    const std::string range = line.substr(0, line.find(' '));
+    const int fd =
+        open(absl::StrCat("/proc/self/map_files/", range).c_str(), O_RDWR);
+    if (fd < 0) return false;
+    const bool truncated = ftruncate(fd, 0) == 0;
+    close(fd);
+    return truncated;
+  }
+  return false;
+}
+
 int Main(int argc, char** argv) {
   uint64_t seed = 0;
   int64_t max_dim = 0;
-  if (argc != 5 || !absl::SimpleAtoi(argv[3], &seed) ||
-      !absl::SimpleAtoi(argv[4], &max_dim) || max_dim < 1) {
-    std::cerr << "usage: soak_holder TARGET SHM_PREFIX SEED MAX_DIM\n";
+  if ((argc != 5 && argc != 6) || !absl::SimpleAtoi(argv[3], &seed) ||
+      !absl::SimpleAtoi(argv[4], &max_dim) || max_dim < 1 ||
+      (argc == 6 && std::string(argv[5]) != "truncate_ring")) {
+    std::cerr << "usage: soak_holder TARGET SHM_PREFIX SEED MAX_DIM "
+                 "[truncate_ring]\n";
     return 2;
+  }
+  const bool truncate_ring = argc == 6;
+  if (truncate_ring) {
+    struct sigaction park {};
+    park.sa_handler = ParkFaultingThread;
+    sigaction(SIGBUS, &park, nullptr);
   }
   const std::string prefix = argv[2];
   std::mt19937_64 rng(seed);
@@ -108,6 +157,10 @@ int Main(int argc, char** argv) {
         unary.front().wait();
         unary.pop_front();
       }
+    }
+    if (truncate_ring && step == 2 * kInFlight) {
+      if (!ring.ok()) return kNoMapFiles;  // no ring to truncate
+      if (!TruncateMapped((*ring)->shm_name())) return kNoMapFiles;
     }
     if (step % 64 == 63) absl::SleepFor(absl::Milliseconds(1));
   }

@@ -36,6 +36,11 @@ using absl::StatusCode;
 // them (unregister, truncate, ring drop).
 constexpr int kRacedProducts = 4;
 
+std::string WaitStatusText(int wstatus) {
+  return WIFEXITED(wstatus) ? absl::StrCat("exit status ", WEXITSTATUS(wstatus))
+                            : absl::StrCat("signal ", WTERMSIG(wstatus));
+}
+
 absl::Status StatusOf(const grpc::Status& status) {
   return FromGrpcStatus(status);
 }
@@ -706,6 +711,7 @@ void SoakWorker::Unregister() {
 }
 
 void SoakWorker::Truncate() {
+  if (rng_() % 4 == 0) return TruncateRing();
   if (!EnsureSession()) return;
   const uint64_t stride = AlignRegionOffset(ProductBytes());
   absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
@@ -745,6 +751,8 @@ void SoakWorker::Truncate() {
   }
   absl::SleepFor(RandomDelay(absl::Microseconds(500)));
   if (ftruncate(fd.get(), 0) != 0) {
+    // A sealed segment (F_SEAL_SHRINK) refuses; nothing else should.
+    if (errno == EPERM) return tally().Count("truncate", "ftruncate_refused");
     tally().Fail("truncate", absl::StrCat("ftruncate: ", std::strerror(errno)));
   }
   // Our own mapping now faults too: answers are counted, not read.
@@ -868,38 +876,80 @@ void SoakWorker::Kill() {
       !shared_.TryStartHolder(options_.max_holders)) {
     return tally().Count("kill", "skipped");
   }
-  const std::string seed = absl::StrCat(rng_());
-  const std::string dim = absl::StrCat(options_.max_dim);
-  std::vector<char*> argv = {const_cast<char*>(options_.holder_path.c_str()),
-                             const_cast<char*>(options_.target.c_str()),
-                             const_cast<char*>(options_.shm_prefix.c_str()),
-                             const_cast<char*>(seed.c_str()),
-                             const_cast<char*>(dim.c_str()),
-                             nullptr};
-  pid_t pid = 0;
-  if (int rc = posix_spawn(&pid, options_.holder_path.c_str(), nullptr, nullptr,
-                           argv.data(), environ);
-      rc != 0) {
+  const pid_t pid = SpawnHolder(/*truncate_ring=*/false);
+  if (pid <= 0) {
     shared_.HolderDone(0);
-    return tally().Fail("kill", absl::StrCat("spawning ", options_.holder_path,
-                                             ": ", std::strerror(rc)));
+    return;
   }
   // Anywhere from before its session opens to well into its requests.
   absl::SleepFor(RandomDelay(absl::Milliseconds(800)));
   int wstatus = 0;
   if (waitpid(pid, &wstatus, WNOHANG) == pid) {
-    tally().Fail(
-        "kill", absl::StrCat("holder ", pid, " exited by itself (",
-                             WIFEXITED(wstatus)
-                                 ? absl::StrCat("status ", WEXITSTATUS(wstatus))
-                                 : absl::StrCat("signal ", WTERMSIG(wstatus)),
-                             ") before it was killed"));
+    tally().Fail("kill", absl::StrCat("holder ", pid, " ended by itself (",
+                                      WaitStatusText(wstatus),
+                                      ") before it was killed"));
   } else {
     kill(pid, SIGKILL);
     waitpid(pid, &wstatus, 0);
     tally().Count("kill", "killed");
   }
   shared_.HolderDone(pid);
+}
+
+void SoakWorker::TruncateRing() {
+  if (options_.holder_path.empty() ||
+      !shared_.TryStartHolder(options_.max_holders)) {
+    return tally().Count("truncate", "ring_skipped");
+  }
+  const pid_t pid = SpawnHolder(/*truncate_ring=*/true);
+  if (pid <= 0) {
+    shared_.HolderDone(0);
+    return;
+  }
+  // It truncates its ring a few requests in, then usually faults on it.
+  int wstatus = 0;
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(1500);
+  while (waitpid(pid, &wstatus, WNOHANG) != pid) {
+    if (absl::Now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &wstatus, 0);
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 3) {
+    tally().Count("truncate", "ring_unreachable");  // no CAP_SYS_ADMIN
+  } else if (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0) {
+    tally().Fail("truncate",
+                 absl::StrCat("ring-truncating holder ", pid, " failed (",
+                              WaitStatusText(wstatus), ")"));
+  } else {
+    tally().Count("truncate", "ring_truncated");
+  }
+  shared_.HolderDone(pid);
+}
+
+pid_t SoakWorker::SpawnHolder(bool truncate_ring) {
+  const std::string seed = absl::StrCat(rng_());
+  const std::string dim = absl::StrCat(options_.max_dim);
+  const std::string mode = "truncate_ring";
+  std::vector<char*> argv = {const_cast<char*>(options_.holder_path.c_str()),
+                             const_cast<char*>(options_.target.c_str()),
+                             const_cast<char*>(options_.shm_prefix.c_str()),
+                             const_cast<char*>(seed.c_str()),
+                             const_cast<char*>(dim.c_str())};
+  if (truncate_ring) argv.push_back(const_cast<char*>(mode.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (int rc = posix_spawn(&pid, options_.holder_path.c_str(), nullptr, nullptr,
+                           argv.data(), environ);
+      rc != 0) {
+    tally().Fail(truncate_ring ? "truncate" : "kill",
+                 absl::StrCat("spawning ", options_.holder_path, ": ",
+                              std::strerror(rc)));
+    return 0;
+  }
+  return pid;
 }
 
 }  // namespace matmul::soak

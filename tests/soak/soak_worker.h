@@ -5,6 +5,8 @@
 #ifndef MATMUL_TESTS_SOAK_SOAK_WORKER_H_
 #define MATMUL_TESTS_SOAK_SOAK_WORKER_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -128,9 +130,13 @@ class SoakWorker {
   void Deadline();
   void Unregister();
   void Truncate();
+  // A holder that truncates its own ring's segment (part of truncate).
+  void TruncateRing();
   void StreamDrop();
   void RingDrop();
   void Kill();
+  // Starts soak_holder (see soak_holder.cc); its pid, or 0 (tallied).
+  pid_t SpawnHolder(bool truncate_ring);
 
   const WorkerOptions options_;
   const std::vector<Scenario> scenarios_;
