@@ -246,8 +246,9 @@ int Main(char** argv) {
   options.max_holders = absl::GetFlag(FLAGS_max_holders);
   options.steps_per_session = absl::GetFlag(FLAGS_steps_per_session);
   options.holder_path = absl::GetFlag(FLAGS_holder);
-  if (options.holder_path.empty())
+  if (options.holder_path.empty()) {
     options.holder_path = DefaultHolderPath(argv[0]);
+  }
   if (std::find(enabled.begin(), enabled.end(), Scenario::kKill) !=
           enabled.end() &&
       access(options.holder_path.c_str(), X_OK) != 0) {

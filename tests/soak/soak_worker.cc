@@ -315,8 +315,9 @@ void SoakWorker::CheckRegion(const char* scenario, const RegionRequest& placed,
 void SoakWorker::ProductInline() {
   absl::StatusOr<v1::MatmulRequest> request =
       MakeRandomRequest(RandomSpec(1, options_.max_dim), rng_);
-  if (!request.ok())
+  if (!request.ok()) {
     return tally().Fail("product_inline", request.status().ToString());
+  }
   absl::StatusOr<v1::MatmulResponse> response =
       client_->Matmul(*request, options_.call_timeout);
   if (tally().Record("product_inline", "Matmul", response.status(),
@@ -353,8 +354,9 @@ void SoakWorker::ProductStream() {
   for (int i = 0; i < count; ++i) {
     absl::StatusOr<v1::MatmulRequest> request =
         MakeRandomRequest(RandomSpec(1, options_.max_dim), rng_);
-    if (!request.ok())
+    if (!request.ok()) {
       return tally().Fail("product_stream", request.status().ToString());
+    }
     request->set_request_id(static_cast<uint64_t>(i + 1));
     requests.push_back(*std::move(request));
   }
@@ -601,8 +603,9 @@ void SoakWorker::Oversized() {
   spec.k = 1;
   spec.out_dtype = DType::kFP32;
   absl::StatusOr<v1::MatmulRequest> request = MakeRandomRequest(spec, rng_);
-  if (!request.ok())
+  if (!request.ok()) {
     return tally().Fail("oversized", request.status().ToString());
+  }
   tally().Record("oversized", "answer over max_message_bytes",
                  client_->Matmul(*request, options_.call_timeout).status(),
                  {StatusCode::kResourceExhausted});
@@ -638,8 +641,9 @@ void SoakWorker::Cancel() {
 void SoakWorker::Deadline() {
   absl::StatusOr<v1::MatmulRequest> request = MakeRandomRequest(
       RandomSpec(options_.max_dim, 3 * options_.max_dim), rng_);
-  if (!request.ok())
+  if (!request.ok()) {
     return tally().Fail("deadline", request.status().ToString());
+  }
   const absl::Duration kTimeouts[] = {
       absl::Nanoseconds(1), absl::Microseconds(10), absl::Microseconds(200),
       absl::Milliseconds(1), absl::Milliseconds(5)};
@@ -665,8 +669,9 @@ void SoakWorker::Unregister() {
   absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
       SharedMemorySegment::Create(static_cast<int64_t>(stride * kRacedProducts),
                                   options_.shm_prefix);
-  if (!segment.ok())
+  if (!segment.ok()) {
     return tally().Fail("unregister", segment.status().ToString());
+  }
   absl::StatusOr<std::unique_ptr<RegisteredRegion>> region =
       RegisteredRegion::RegisterShm(*client_, *session_, **segment, 0, 0,
                                     options_.call_timeout);
@@ -717,8 +722,9 @@ void SoakWorker::Truncate() {
   absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
       SharedMemorySegment::Create(static_cast<int64_t>(stride * kRacedProducts),
                                   options_.shm_prefix);
-  if (!segment.ok())
+  if (!segment.ok()) {
     return tally().Fail("truncate", segment.status().ToString());
+  }
   // A second descriptor to truncate through once the name is gone.
   UniqueFd fd(
       shm_open(("/" + (*segment)->name()).c_str(), O_RDWR | O_CLOEXEC, 0));
@@ -780,8 +786,9 @@ void SoakWorker::StreamDrop() {
   for (int i = 0; i < count; ++i) {
     absl::StatusOr<v1::MatmulRequest> request =
         MakeRandomRequest(RandomSpec(1, 2 * options_.max_dim), rng_);
-    if (!request.ok())
+    if (!request.ok()) {
       return tally().Fail("stream_drop", request.status().ToString());
+    }
     request->set_request_id(static_cast<uint64_t>(i + 1));
     if (!stream->Write(*request)) break;  // the stream ended already
     requests.push_back(*std::move(request));
@@ -813,8 +820,9 @@ void SoakWorker::RingDrop() {
   absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
       SharedMemorySegment::Create(static_cast<int64_t>(stride * kRacedProducts),
                                   options_.shm_prefix);
-  if (!segment.ok())
+  if (!segment.ok()) {
     return tally().Fail("ring_drop", segment.status().ToString());
+  }
   absl::StatusOr<std::unique_ptr<RegisteredRegion>> region =
       RegisteredRegion::RegisterShm(*client_, *session_, **segment, 0, 0,
                                     options_.call_timeout);
@@ -823,6 +831,13 @@ void SoakWorker::RingDrop() {
                       {StatusCode::kOk})) {
     return;
   }
+  // Before the ring: its destructor answers the calls still in flight,
+  // whose callbacks write here.
+  std::vector<RegionRequest> placed(kRacedProducts);
+  std::vector<v1::MatmulResponse> responses(kRacedProducts);
+  std::vector<absl::Status> statuses(kRacedProducts);
+  std::vector<bool> answered(kRacedProducts, false);
+  absl::Mutex mu;
   RequestRingOptions ring_options;
   ring_options.slots = 8;
   ring_options.shm_prefix = options_.shm_prefix;
@@ -831,11 +846,6 @@ void SoakWorker::RingDrop() {
   tally().Record("setup", "AttachRing", ring.status(),
                  {StatusCode::kOk, StatusCode::kResourceExhausted});
   if (!ring.ok()) return;
-  std::vector<RegionRequest> placed(kRacedProducts);
-  std::vector<v1::MatmulResponse> responses(kRacedProducts);
-  std::vector<absl::Status> statuses(kRacedProducts);
-  std::vector<bool> answered(kRacedProducts, false);
-  absl::Mutex mu;
   for (int i = 0; i < kRacedProducts; ++i) {
     absl::StatusOr<RegionRequest> one = MakeRandomRegionRequest(
         RandomSpec(1, 2 * options_.max_dim), rng_, (*segment)->bytes(),
