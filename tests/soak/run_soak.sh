@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Starts a matmul daemon on a temporary unix socket and metrics port, soaks
+# it with matmul-soak, stops it with SIGTERM and checks that it exits 0.
+#
+#   tests/soak/run_soak.sh                       # CI length: 60 s, CPU
+#   tests/soak/run_soak.sh --duration=600s       # the long run
+#   tests/soak/run_soak.sh --backend=cuda --regions=shm,ipc,vmm
+#
+# Options (anything else goes to matmul-soak, e.g. --clients=128,
+# --scenarios=all,-truncate, --json_out=FILE):
+#   --server=PATH   matmul-server (default build/server/matmul-server)
+#   --soak=PATH     matmul-soak (default build/tests/soak/matmul-soak)
+#   --backend=B     the daemon's --backend (default cpu)
+#   --duration=D    how long to soak (default 60s)
+#   --daemon_arg=X  one more flag for the daemon (repeatable)
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+server="$root/build/server/matmul-server"
+soak="$root/build/tests/soak/matmul-soak"
+backend=cpu
+duration=60s
+clients=64
+daemon_args=()
+soak_args=()
+for arg in "$@"; do
+  case "$arg" in
+    --server=*) server="${arg#*=}" ;;
+    --soak=*) soak="${arg#*=}" ;;
+    --backend=*) backend="${arg#*=}" ;;
+    --duration=*) duration="${arg#*=}" ;;
+    --clients=*) clients="${arg#*=}"; soak_args+=("$arg") ;;
+    --daemon_arg=*) daemon_args+=("${arg#*=}") ;;
+    *) soak_args+=("$arg") ;;
+  esac
+done
+for binary in "$server" "$soak"; do
+  [[ -x "$binary" ]] || { echo "run_soak: no executable $binary" >&2; exit 2; }
+done
+
+dir="$(mktemp -d /tmp/matmul-soak.XXXXXX)"
+socket="$dir/matmul.sock"
+# A prefix of this run's own: its /dev/shm entries are told apart from
+# those of anything else running on the machine.
+prefix="msoak$$"
+daemon_pid=""
+cleanup() {
+  if [[ -n "$daemon_pid" ]] && kill -0 "$daemon_pid" 2>/dev/null; then
+    kill -KILL "$daemon_pid" 2>/dev/null || true
+  fi
+  rm -f /dev/shm/"$prefix"-* 2>/dev/null || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+
+# A random metrics port; another is tried when the daemon cannot bind it.
+started=0
+for attempt in 1 2 3 4 5; do
+  port=$((20000 + RANDOM % 40000))
+  # Small messages, so that oversized requests cost little to send;
+  # rings for every client, a holder's and a dropped one each.
+  "$server" --backend="$backend" --listen="unix:$socket" \
+    --metrics_listen="127.0.0.1:$port" --shm_prefix="$prefix" \
+    --max_message_bytes=8388608 --max_rings=$((2 * clients + 32)) \
+    --ring_poll_spin_us=20 --shutdown_grace=20s \
+    ${daemon_args[@]+"${daemon_args[@]}"} >"$dir/daemon.log" 2>&1 &
+  daemon_pid=$!
+  for _ in $(seq 1 600); do
+    if ! kill -0 "$daemon_pid" 2>/dev/null; then break; fi
+    # Ready: the socket exists and (where curl is installed) /metrics
+    # answers; matmul-soak reports a metrics endpoint that does not.
+    if [[ -S "$socket" ]] && { ! command -v curl >/dev/null ||
+       curl -sf --max-time 2 "http://127.0.0.1:$port/metrics" >/dev/null; }; then
+      started=1
+      break
+    fi
+    sleep 0.1
+  done
+  [[ $started == 1 ]] && break
+  kill -KILL "$daemon_pid" 2>/dev/null || true
+  wait "$daemon_pid" 2>/dev/null || true
+  daemon_pid=""
+  rm -f "$socket"
+done
+if [[ $started != 1 ]]; then
+  echo "run_soak: the daemon did not start; its log:" >&2
+  cat "$dir/daemon.log" >&2
+  exit 1
+fi
+
+status=0
+"$soak" --target="unix:$socket" --daemon_pid="$daemon_pid" \
+  --metrics="127.0.0.1:$port" --shm_prefix="$prefix" \
+  --duration="$duration" ${soak_args[@]+"${soak_args[@]}"} || status=$?
+
+# A graceful stop: SIGTERM, every accepted request answered, exit 0.
+if kill -0 "$daemon_pid" 2>/dev/null; then
+  kill -TERM "$daemon_pid"
+  daemon_status=0
+  for _ in $(seq 1 600); do
+    kill -0 "$daemon_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$daemon_pid" 2>/dev/null; then
+    echo "run_soak: the daemon did not exit within 60 s of SIGTERM" >&2
+    kill -KILL "$daemon_pid"
+    status=1
+  fi
+  wait "$daemon_pid" || daemon_status=$?
+  daemon_pid=""
+  if [[ $daemon_status != 0 ]]; then
+    echo "run_soak: the daemon exited with status $daemon_status after SIGTERM" >&2
+    status=1
+  else
+    echo "run_soak: the daemon exited 0 after SIGTERM"
+  fi
+else
+  echo "run_soak: the daemon is gone before SIGTERM" >&2
+  status=1
+fi
+if [[ $status != 0 ]]; then
+  echo "run_soak: FAILED; the daemon's log (last 40 lines):" >&2
+  tail -n 40 "$dir/daemon.log" >&2
+fi
+exit $status

@@ -1,0 +1,172 @@
+// A soak client that is meant to die: it opens a session, registers shm
+// regions, attaches a request ring and keeps products in flight on them
+// (over gRPC and through the ring) until matmul-soak kills it with SIGKILL,
+// at a random moment anywhere in that sequence. The daemon must then
+// release everything the process held.
+//
+// With "truncate_ring" it also truncates its own ring's segment to 0 bytes
+// once requests are in it: the daemon, which polls the ring, must survive
+// that. Its own threads then fault on the ring too; each is parked in the
+// SIGBUS handler, so the process (and its session and ring) lives on until
+// it is killed.
+// The segment is unlinked by then; it is reached through
+// /proc/self/map_files, which needs CAP_SYS_ADMIN: without it the holder
+// exits with status 3.
+//
+//   soak_holder TARGET SHM_PREFIX SEED MAX_DIM [truncate_ring]
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <deque>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "client/region_request_builder.h"
+#include "client/registered_region.h"
+#include "client/request_builder.h"
+#include "client/request_ring.h"
+#include "client/session.h"
+#include "client/shared_memory_segment.h"
+
+namespace matmul::soak {
+namespace {
+
+constexpr int kInFlight = 4;
+
+int Fail(const char* what, const absl::Status& status) {
+  std::cerr << "soak_holder: " << what << ": " << status << "\n";
+  return 1;
+}
+
+constexpr int kNoMapFiles = 3;
+
+// A thread that touched the truncated ring stays here: returning would
+// fault again, and dying would end the session the daemon must keep
+// serving. Only async-signal-safe calls.
+void ParkFaultingThread(int) {
+  for (;;) pause();
+}
+
+// Truncates the shm object /dev/shm/<name> that this process maps (and
+// may have unlinked) to 0 bytes; false when it cannot be reached.
+bool TruncateMapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  const std::string path = "/dev/shm/" + name;
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(path) == std::string::npos) continue;
+    const std::string range = line.substr(0, line.find(' '));
+    const int fd =
+        open(absl::StrCat("/proc/self/map_files/", range).c_str(), O_RDWR);
+    if (fd < 0) return false;
+    const bool truncated = ftruncate(fd, 0) == 0;
+    close(fd);
+    return truncated;
+  }
+  return false;
+}
+
+int Main(int argc, char** argv) {
+  uint64_t seed = 0;
+  int64_t max_dim = 0;
+  if ((argc != 5 && argc != 6) || !absl::SimpleAtoi(argv[3], &seed) ||
+      !absl::SimpleAtoi(argv[4], &max_dim) || max_dim < 1 ||
+      (argc == 6 && std::string(argv[5]) != "truncate_ring")) {
+    std::cerr << "usage: soak_holder TARGET SHM_PREFIX SEED MAX_DIM "
+                 "[truncate_ring]\n";
+    return 2;
+  }
+  const bool truncate_ring = argc == 6;
+  if (truncate_ring) {
+    struct sigaction park {};
+    park.sa_handler = ParkFaultingThread;
+    sigaction(SIGBUS, &park, nullptr);
+  }
+  const std::string prefix = argv[2];
+  std::mt19937_64 rng(seed);
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      Client::Create(argv[1], {.wait_for_ready = true});
+  if (!client.ok()) return Fail("Client", client.status());
+  absl::StatusOr<std::unique_ptr<Session>> session =
+      Session::Open(**client, "soak_holder");
+  if (!session.ok()) return Fail("OpenSession", session.status());
+
+  const int64_t segment_bytes =
+      int64_t{kInFlight} * 3 * (4 * max_dim * max_dim + 64) + (1 << 16);
+  std::vector<std::unique_ptr<SharedMemorySegment>> segments;
+  std::vector<std::unique_ptr<RegisteredRegion>> regions;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
+        SharedMemorySegment::Create(segment_bytes, prefix);
+    if (!segment.ok()) return Fail("creating a segment", segment.status());
+    absl::StatusOr<std::unique_ptr<RegisteredRegion>> region =
+        RegisteredRegion::RegisterShm(**client, **session, **segment);
+    (*segment)->Unlink();
+    if (!region.ok()) return Fail("RegisterRegion", region.status());
+    segments.push_back(*std::move(segment));
+    regions.push_back(*std::move(region));
+  }
+  // No ring left is an answer the daemon may give; the holder goes on
+  // without one.
+  RequestRingOptions ring_options;
+  ring_options.slots = 8;
+  ring_options.shm_prefix = prefix;
+  absl::StatusOr<std::unique_ptr<RequestRing>> ring =
+      RequestRing::Attach(**client, **session, ring_options);
+  if (!ring.ok() && !absl::IsResourceExhausted(ring.status())) {
+    return Fail("AttachRing", ring.status());
+  }
+
+  // Products in flight on both regions until the kill comes; each uses
+  // its own slice of its region, so answers never overlap.
+  std::deque<std::future<absl::StatusOr<v1::MatmulResponse>>> unary;
+  std::vector<v1::MatmulResponse> ring_answers(kInFlight);
+  std::vector<std::atomic<bool>> ring_busy(kInFlight);
+  const uint64_t slice = static_cast<uint64_t>(segment_bytes / kInFlight);
+  std::uniform_int_distribution<int64_t> dim(1, max_dim);
+  for (uint64_t step = 0;; ++step) {
+    const int slot = static_cast<int>(step % kInFlight);
+    const int which = static_cast<int>(step % 2);
+    ProblemSpec spec{.m = dim(rng), .n = dim(rng), .k = dim(rng)};
+    const bool through_ring =
+        ring.ok() && which == 1 && !ring_busy[slot].load();
+    absl::StatusOr<RegionRequest> placed = MakeRandomRegionRequest(
+        spec, rng, segments[which]->bytes(), regions[which]->id(),
+        (*session)->session_id(), RegionPlacement{},
+        slice * static_cast<uint64_t>(slot));
+    if (!placed.ok()) return Fail("placing a product", placed.status());
+    if (through_ring) {
+      ring_busy[slot] = true;
+      (*ring)->CallAsync(
+          placed->request, &ring_answers[slot], absl::Seconds(60),
+          [&ring_busy, slot](absl::Status) { ring_busy[slot] = false; });
+    } else {
+      unary.push_back(
+          (*client)->MatmulFuture(placed->request, absl::Seconds(60)));
+      if (unary.size() >= kInFlight) {
+        unary.front().wait();
+        unary.pop_front();
+      }
+    }
+    if (truncate_ring && step == 2 * kInFlight) {
+      if (!ring.ok()) return kNoMapFiles;  // no ring to truncate
+      if (!TruncateMapped((*ring)->shm_name())) return kNoMapFiles;
+    }
+    if (step % 64 == 63) absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
+}  // namespace
+}  // namespace matmul::soak
+
+int main(int argc, char** argv) { return matmul::soak::Main(argc, argv); }

@@ -1,0 +1,165 @@
+// One soak client: a thread's own channel, session, shm region and request
+// ring, and one method per scenario. Each step draws a scenario from the
+// enabled mix, runs it, and tallies every call's outcome; products answered
+// OK are checked against the FP64 reference.
+#ifndef MATMUL_TESTS_SOAK_SOAK_WORKER_H_
+#define MATMUL_TESTS_SOAK_SOAK_WORKER_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "client/cuda_memory.h"
+#include "client/region_request_builder.h"
+#include "client/registered_region.h"
+#include "client/request_builder.h"
+#include "client/request_ring.h"
+#include "client/session.h"
+#include "client/shared_memory_segment.h"
+#include "matmul/v1/matmul.pb.h"
+#include "tests/soak/soak_scenarios.h"
+#include "tests/soak/soak_tally.h"
+
+namespace matmul::soak {
+
+struct WorkerOptions {
+  std::string target;
+  std::string shm_prefix = "matmul";
+  // Checked products draw M, N and K from [1, max_dim]; cancel and
+  // deadline use up to 3 * max_dim, so that they are still running when
+  // the cancel or the deadline comes.
+  int64_t max_dim = 96;
+  // The daemon's --max_message_bytes (from GetServerInfo).
+  int64_t server_max_message_bytes = 0;
+  // Prebuilt request just over the daemon's limit; null: no oversized
+  // requests (the oversized answer is still tried).
+  std::shared_ptr<const v1::MatmulRequest> oversized_request;
+  // The holder binary that kill spawns, and how many may run at once.
+  std::string holder_path;
+  int max_holders = 8;
+  // Steps after which a worker drops its session (with its region and
+  // ring) and opens a new one.
+  int steps_per_session = 200;
+  // Deadline of calls that should succeed: long, so only a daemon that
+  // stops answering runs into it.
+  absl::Duration call_timeout = absl::Seconds(60);
+};
+
+// What the workers share: the tally and the holder processes.
+class SoakShared {
+ public:
+  SoakTally& tally() { return tally_; }
+
+  // Holder slots: false when max are running already.
+  bool TryStartHolder(int max);
+  void HolderDone(int pid);
+  std::vector<int> holder_pids() const;
+
+ private:
+  SoakTally tally_;
+  mutable absl::Mutex mu_;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int> pids_ ABSL_GUARDED_BY(mu_);
+};
+
+class SoakWorker {
+ public:
+  // Opens the worker's channel (nothing is sent yet), a connection of its
+  // own. `scenarios` is the enabled mix; `index` numbers the worker;
+  // `seed` makes its draws reproducible.
+  static absl::StatusOr<std::unique_ptr<SoakWorker>> Create(
+      const WorkerOptions& options, std::vector<Scenario> scenarios,
+      SoakShared& shared, int index, uint64_t seed);
+
+  // Runs steps until `stop` is set.
+  void Run(const std::atomic<bool>& stop);
+
+  // One step of `scenario`.
+  void Step(Scenario scenario);
+
+ private:
+  SoakWorker(const WorkerOptions& options, std::vector<Scenario> scenarios,
+             SoakShared& shared, uint64_t seed, std::unique_ptr<Client> client);
+
+  Scenario Draw();
+  SoakTally& tally() { return shared_.tally(); }
+
+  // The worker's session and shm region, opened when missing; false (the
+  // failure tallied under "setup") when the daemon refused.
+  bool EnsureSession();
+  // The worker's ring, attached when missing; null when the daemon has no
+  // ring left (RESOURCE_EXHAUSTED, tallied) or refused.
+  RequestRing* EnsureRing();
+  // The worker's GPU region of `kind`; null (tallied) when refused.
+  struct GpuRegion;
+  GpuRegion* EnsureGpuRegion(CudaMemory::Kind kind);
+  void DropSession();
+
+  ProblemSpec RandomSpec(int64_t low, int64_t high);
+  RegionPlacement RandomPlacement();
+  // Bytes one product of RandomSpec(., 3 * max_dim) can need in a region.
+  uint64_t ProductBytes() const;
+  absl::Duration RandomDelay(absl::Duration max);
+
+  // Tallies an OK inline answer's check.
+  void CheckInline(const char* scenario, const v1::MatmulRequest& request,
+                   const v1::MatmulResponse& response);
+  void CheckRegion(const char* scenario, const RegionRequest& placed,
+                   const v1::MatmulResponse& response,
+                   absl::Span<const char> memory);
+
+  void ProductInline();
+  void ProductShm(bool ring);
+  void ProductStream();
+  void ProductGpu(CudaMemory::Kind kind);
+  void Malformed();
+  void Unparseable();
+  void Oversized();
+  void Cancel();
+  void Deadline();
+  void Unregister();
+  void Truncate();
+  // A holder that truncates its own ring's segment (part of truncate).
+  void TruncateRing();
+  void StreamDrop();
+  void RingDrop();
+  void Kill();
+  // Starts soak_holder (see soak_holder.cc); its pid, or 0 (tallied).
+  pid_t SpawnHolder(bool truncate_ring);
+
+  const WorkerOptions options_;
+  const std::vector<Scenario> scenarios_;
+  int total_weight_ = 0;
+  SoakShared& shared_;
+  std::mt19937_64 rng_;
+  int steps_in_session_ = 0;
+
+  // Destroyed bottom-up: ring, regions, segment, session, then the client
+  // whose channel they use.
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<SharedMemorySegment> segment_;
+  std::unique_ptr<RegisteredRegion> region_;
+  struct GpuRegion {
+    std::unique_ptr<CudaMemory> memory;
+    std::vector<char> staging;  // host image of `memory`
+    std::unique_ptr<RegisteredRegion> region;
+  };
+  std::unique_ptr<GpuRegion> gpu_[2];  // by CudaMemory::Kind
+  std::unique_ptr<RequestRing> ring_;
+};
+
+}  // namespace matmul::soak
+
+#endif  // MATMUL_TESTS_SOAK_SOAK_WORKER_H_
