@@ -204,12 +204,40 @@ void MatmulServiceImpl::Submit(CallControl control,
 }
 
 grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
-    grpc::CallbackServerContext* context, const v1::MatmulRequest* request,
-    v1::MatmulResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  Submit(GrpcCallControl(context), request, response,
-         [reactor](absl::Status status) {
-           reactor->Finish(ToGrpcStatus(status));
+  struct Call {
+    v1::MatmulRequest request;
+    v1::MatmulResponse response;
+  };
+  auto call = std::make_unique<Call>();
+  // Deserialize consumes its buffer; gRPC owns this one, so read a copy
+  // (a copy of the slice references, not of the bytes).
+  grpc::ByteBuffer bytes(*request_bytes);
+  const size_t size = bytes.Length();
+  if (!grpc::SerializationTraits<v1::MatmulRequest>::Deserialize(&bytes,
+                                                                 &call->request)
+           .ok()) {
+    reactor->Finish(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("the request's ", size,
+                     " bytes are not a serialized matmul.v1.MatmulRequest "
+                     "(a string field that is not UTF-8, say)")));
+    return reactor;
+  }
+  Call* raw = call.get();
+  Submit(GrpcCallControl(context), &raw->request, &raw->response,
+         [reactor, response_bytes,
+          call = std::move(call)](absl::Status status) mutable {
+           if (!status.ok()) {
+             reactor->Finish(ToGrpcStatus(status));
+             return;
+           }
+           bool own_buffer = false;
+           reactor->Finish(
+               grpc::SerializationTraits<v1::MatmulResponse>::Serialize(
+                   call->response, response_bytes, &own_buffer));
          });
   return reactor;
 }

@@ -32,11 +32,13 @@ inline constexpr absl::Duration kGrpcDeadlineSlack = absl::Milliseconds(2);
 // the client's at the latest (see kGrpcDeadlineSlack).
 CallControl GrpcCallControl(grpc::CallbackServerContext* context);
 
-// v1::MatmulService::CallbackService with MatmulStream read as raw bytes
-// (see MatmulStreamReactor). The typed and raw MatmulStream cannot share
-// one class, so the chain is spelt out; a method added to the proto must be
-// added here too.
-using MatmulCallbackService = v1::MatmulService::WithCallbackMethod_Matmul<
+// v1::MatmulService::CallbackService with Matmul and MatmulStream read as
+// raw bytes, so that a message that does not parse is answered
+// INVALID_ARGUMENT with a reason (gRPC alone answers a bare UNIMPLEMENTED,
+// or ends a stream as if half-closed). The typed and raw methods cannot
+// share one class, so the chain is spelt out; a method added to the proto
+// must be added here too.
+using MatmulCallbackService = v1::MatmulService::WithRawCallbackMethod_Matmul<
     v1::MatmulService::WithRawCallbackMethod_MatmulStream<
         v1::MatmulService::WithCallbackMethod_GetServerInfo<
             v1::MatmulService::WithCallbackMethod_OpenSession<
@@ -57,8 +59,8 @@ class MatmulServiceImpl final : public MatmulCallbackService {
                     const RingOptions& rings);
 
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
-                                   const v1::MatmulRequest* request,
-                                   v1::MatmulResponse* response) override;
+                                   const grpc::ByteBuffer* request_bytes,
+                                   grpc::ByteBuffer* response_bytes) override;
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* MatmulStream(
       grpc::CallbackServerContext* context) override;
