@@ -8,6 +8,7 @@
 # table is printed last.
 # Env: BENCH_REPEAT (3), BENCH_ARGS (extra matmul-bench flags),
 #      TEST_FILTER (gtest filter), TESTS (space-separated test binaries to
+#      run; default all), STEPS (space-separated tests/gpu/steps names to
 #      run; default all), SKIP_BENCH=1, SKIP_TORCH=1.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -80,6 +81,9 @@ if [ -z "${SKIP_TORCH:-}" ] && command -v python3 >/dev/null; then
 fi
 for extra in tests/gpu/steps/*.sh; do
   [ -f "$extra" ] || continue
+  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $(basename "$extra" .sh) "* ]]; then
+    continue
+  fi
   step "$(basename "$extra" .sh)" 300 env OUT="$OUT" bash "$extra"
 done
 
