@@ -12,7 +12,8 @@
 #   run(command="bash tests/gpu/run.sh", carry=["bundle"]))
 # Env: MATMUL_CUDA_ARCHS (default "90a;121a"), JOBS (default 2),
 #      BUILD_DIR (default build-gpu), TARGETS (default: all), SOURCE_DIR
-#      (default: the repo root).
+#      (default: the repo root), EXCLUDE (a regex of binary names to leave
+#      out, e.g. 'mma_' when the run needs no own-kernel tools).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -43,6 +44,10 @@ mapfile -t binaries < <(
 if [ ${#binaries[@]} -eq 0 ]; then
   echo "bundle.sh: nothing was built" >&2
   exit 1
+fi
+if [ -n "${EXCLUDE:-}" ]; then
+  mapfile -t binaries < <(printf '%s\n' "${binaries[@]}" |
+    awk -v pattern="$EXCLUDE" '{ n = $0; sub(".*/", "", n); if (n !~ pattern) print }')
 fi
 for bin in "${binaries[@]}"; do
   cp "$bin" "$stage/"

@@ -134,6 +134,22 @@ def vmm_case(client, chunks):
             request.cuda_vmm.chunk_bytes = chunk
         request.cuda_vmm.size_bytes = size
         request.cuda_vmm.device_ordinal = torch.cuda.current_device()
+        if chunks == 1:
+            # The same real allocation, but naming another process (our
+            # parent): the daemon takes fds only out of its caller.
+            foreign = matmul_pb2.RegisterRegionRequest()
+            foreign.CopyFrom(request)
+            foreign.cuda_vmm.pid = os.getppid()
+            try:
+                client.register_region(foreign)
+                print("FAIL cuda vmm naming another pid: accepted")
+                failures.append("vmm foreign pid")
+            except matmul_client.MatmulError as e:
+                refused = "PERMISSION_DENIED" in str(e.code)
+                print(f"{'PASS' if refused else 'FAIL'} cuda vmm naming "
+                      f"another pid: {e.code}: {str(e)[:160]}")
+                if not refused:
+                    failures.append("vmm foreign pid")
         region = client.register_region(request).region_id
 
         def tensor(shape, offset):

@@ -57,10 +57,13 @@ started=0
 for attempt in 1 2 3 4 5; do
   port=$((20000 + RANDOM % 40000))
   # Small messages, so that oversized requests cost little to send;
-  # rings for every client, a holder's and a dropped one each.
+  # rings for every client, a holder's and a dropped one each. The soak's
+  # clients are threads of one process, which the daemon counts as one
+  # client: no per-client share (tests/transport_test.cc checks it).
   "$server" --backend="$backend" --listen="unix:$socket" \
     --metrics_listen="127.0.0.1:$port" --shm_prefix="$prefix" \
     --max_message_bytes=8388608 --max_rings=$((2 * clients + 32)) \
+    --max_in_flight_per_client=0 \
     --ring_poll_spin_us=20 --shutdown_grace=20s \
     ${daemon_args[@]+"${daemon_args[@]}"} >"$dir/daemon.log" 2>&1 &
   daemon_pid=$!
