@@ -5,6 +5,7 @@
 #                             coverage (MATMUL_FUZZ), so the fuzz targets
 #                             and the ASan test suite share one build
 #   build.sh tsan TARGET...   build-tsan: ThreadSanitizer
+# With no TARGET it only configures.
 # Both leave out the project's own CUDA kernels (MATMUL_OWN_KERNELS=OFF) and
 # build the rest of the CUDA code for one architecture: the sanitizers
 # cover host code only (nvcc never gets their flags), and these builds run
@@ -12,7 +13,7 @@
 # installed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-kind=${1:?usage: build.sh asan|tsan TARGET...}
+kind=${1:?usage: build.sh asan|tsan [TARGET...]}
 shift
 case "$kind" in
   asan) flags=(-DMATMUL_SANITIZE=address,undefined -DMATMUL_FUZZ=ON) ;;
@@ -37,4 +38,6 @@ if [[ ! -f $build_dir/build.ninja ]]; then
     -DCMAKE_CUDA_HOST_COMPILER=g++ -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DMATMUL_OWN_KERNELS=OFF "${flags[@]}" "${launcher[@]}" >/dev/null
 fi
-cmake --build "$build_dir" -j"$(nproc)" --target "$@"
+if (($#)); then
+  cmake --build "$build_dir" -j"$(nproc)" --target "$@"
+fi
