@@ -107,9 +107,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ids.push_back(*id);
   }
   request.set_session_id(session);
-  Retarget(request.mutable_a(), ids);
-  Retarget(request.mutable_b(), ids);
-  Retarget(request.mutable_c(), ids);
+  // (mutable_x() would add an absent operand.)
+  if (request.has_a()) Retarget(request.mutable_a(), ids);
+  if (request.has_b()) Retarget(request.mutable_b(), ids);
+  if (request.has_c()) Retarget(request.mutable_c(), ids);
 
   ValidationLimits limits;
   limits.max_dimension = 32;

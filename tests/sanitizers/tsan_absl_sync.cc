@@ -52,8 +52,7 @@ Fn Real(const char* head, const char* tail) {
   return reinterpret_cast<Fn>(fn);
 }
 
-#define REAL(type, head, tail) \
-  static const auto real = Real<type>(head, tail)
+#define REAL(type, head, tail) static const auto real = Real<type>(head, tail)
 
 }  // namespace
 
@@ -115,8 +114,7 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   Acquire(this);
   return met;
 }
-bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond,
-                                      Duration timeout) {
+bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   REAL(WhenTimeoutFn, "_ZN",
        "5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   const bool met = real(this, cond, timeout);
@@ -186,7 +184,8 @@ bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
 // HasBeenNotified() is inline (an acquire load, instrumented in the
 // caller); the release on the flag's own address pairs with it. The flag
 // follows the mutex in abseil 20220623's Notification.
-static_assert(sizeof(Notification) == sizeof(Mutex) + sizeof(std::atomic<bool>) ||
+static_assert(sizeof(Notification) ==
+                  sizeof(Mutex) + sizeof(std::atomic<bool>) ||
               sizeof(Notification) == 2 * sizeof(Mutex));
 void Notification::Notify() {
   REAL(void (*)(Notification*), "_ZN", "12Notification6NotifyEv");
