@@ -9,6 +9,9 @@
 #   run_fuzzers.sh                 every fuzzer, 30 s each (what CI runs)
 #   run_fuzzers.sh --seconds 600   longer runs
 #   run_fuzzers.sh --no-build ring_slot_fuzzer   one fuzzer, already built
+# The seeds are written by make_fuzz_corpus.cc (rebuild them with
+# `cmake --build build-asan --target make_fuzz_corpus &&
+#  build-asan/tests/fuzz/make_fuzz_corpus tests/fuzz/corpus`).
 # New inputs that reach new code collect in build-asan/fuzz/<fuzzer>/ and
 # seed the next run; to add some to the repo's corpus, minimise them first
 # (`<fuzzer> -merge=1 tests/fuzz/corpus/<fuzzer> build-asan/fuzz/<fuzzer>`).
@@ -21,7 +24,7 @@ while (($#)); do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --no-build) build=0; shift ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "run_fuzzers.sh: unknown option $1" >&2; exit 2 ;;
     *) only+=("$1"); shift ;;
   esac

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/sanitizers/test_targets.sh
 build_dir=${BUILD_DIR:-build-asan}
-skip_targets=${ASAN_SKIP_TARGETS:-'^(cublaslt_gemm_test|gemm_selector_test|cuda_backend_test|mma_gemm_test)$'}
+skip_targets=${ASAN_SKIP_TARGETS:-'^(cublaslt_gemm_test|gemm_selector_test|cuda_backend_test|mma_gemm_test|gpu_fault_test)$'}
 # _NOT_BUILT: gtest_discover_tests' placeholders for the skipped targets.
 # soak: the soak has its own CI step on the main build.
 skip_tests=${ASAN_SKIP_TESTS:-'_NOT_BUILT$|soak'}

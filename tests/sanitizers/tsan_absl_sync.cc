@@ -54,6 +54,30 @@ Fn Real(const char* head, const char* tail) {
 
 #define REAL(type, head, tail) static const auto real = Real<type>(head, tail)
 
+// A Condition that acquires `mu` before it evaluates `cond` and releases
+// it after: abseil evaluates conditions with the mutex held, taken and
+// dropped inside the library where the functions below do not see it.
+struct AcquiringCondition {
+  AcquiringCondition(const absl::Condition& cond, absl::Mutex* mu)
+      : cond(&cond), mu(mu), wrapped(&Eval, this) {}
+  static bool Eval(AcquiringCondition* self) {
+    Acquire(self->mu);
+    const bool met = self->cond->Eval();
+    Release(self->mu);  // abseil may release the lock inside, unseen
+    return met;
+  }
+  const absl::Condition* cond;
+  absl::Mutex* mu;
+  absl::Condition wrapped;
+};
+
+// absl's deadlock detector keeps a graph of lock order under its own spin
+// lock, inside the library, which TSan sees only as racing memmoves; TSan
+// has its own detector.
+__attribute__((constructor)) void IgnoreAbslDeadlockDetection() {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+}
+
 }  // namespace
 
 namespace absl {
@@ -99,53 +123,53 @@ void Mutex::ReaderUnlock() {
 }
 void Mutex::LockWhen(const Condition& cond) {
   REAL(WhenFn, "_ZN", "5Mutex8LockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  real(this, AcquiringCondition(cond, this).wrapped);
   Acquire(this);
 }
 void Mutex::ReaderLockWhen(const Condition& cond) {
   REAL(WhenFn, "_ZN", "5Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  real(this, cond);
+  real(this, AcquiringCondition(cond, this).wrapped);
   Acquire(this);
 }
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   REAL(WhenTimeoutFn, "_ZN",
        "5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool met = real(this, cond, timeout);
+  const bool met = real(this, AcquiringCondition(cond, this).wrapped, timeout);
   Acquire(this);
   return met;
 }
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   REAL(WhenTimeoutFn, "_ZN",
        "5Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
-  const bool met = real(this, cond, timeout);
+  const bool met = real(this, AcquiringCondition(cond, this).wrapped, timeout);
   Acquire(this);
   return met;
 }
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   REAL(WhenDeadlineFn, "_ZN",
        "5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool met = real(this, cond, deadline);
+  const bool met = real(this, AcquiringCondition(cond, this).wrapped, deadline);
   Acquire(this);
   return met;
 }
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
   REAL(WhenDeadlineFn, "_ZN",
        "5Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
-  const bool met = real(this, cond, deadline);
+  const bool met = real(this, AcquiringCondition(cond, this).wrapped, deadline);
   Acquire(this);
   return met;
 }
 void Mutex::Await(const Condition& cond) {
   REAL(WhenFn, "_ZN", "5Mutex5AwaitERKNS0_9ConditionE");
   Release(this);
-  real(this, cond);
+  real(this, AcquiringCondition(cond, this).wrapped);
   Acquire(this);
 }
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   REAL(WhenTimeoutFn, "_ZN",
        "5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
   Release(this);
-  const bool met = real(this, cond, timeout);
+  const bool met = real(this, AcquiringCondition(cond, this).wrapped, timeout);
   Acquire(this);
   return met;
 }
@@ -153,7 +177,7 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   REAL(WhenDeadlineFn, "_ZN",
        "5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
   Release(this);
-  const bool met = real(this, cond, deadline);
+  const bool met = real(this, AcquiringCondition(cond, this).wrapped, deadline);
   Acquire(this);
   return met;
 }
