@@ -15,7 +15,11 @@
 #                    handovers as races. A test failure fails the script; the
 #                    reports are counted and the first ones printed, for a
 #                    person to read, and do not fail it. With gRPC built
-#                    with TSan they could join TSAN_TESTS.
+#                    with TSan they could join TSAN_TESTS. (ring_test has a
+#                    second blind spot: client and daemon map one shm object
+#                    at two addresses in one process, and TSan keys the
+#                    ring's atomics by address, so their ordering is not
+#                    seen across the two mappings.)
 # Either list empty ('') skips it. CI runs exactly this. Arguments pass to
 # every test executable (e.g. --gtest_filter=...).
 #
