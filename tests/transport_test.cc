@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <string>
@@ -45,9 +46,13 @@ std::string RunShell(const std::string& command) {
   return output;
 }
 
+// The probe beside the test in the build tree, or where
+// MATMUL_TRANSPORT_PROBE says (a bundle on another machine).
 std::string Probe(const std::string& arguments) {
+  const char* path = std::getenv("MATMUL_TRANSPORT_PROBE");
   return RunShell(
-      absl::StrCat(MATMUL_TRANSPORT_PROBE_PATH, " ", arguments, " 2>&1"));
+      absl::StrCat(path != nullptr ? path : MATMUL_TRANSPORT_PROBE_PATH, " ",
+                   arguments, " 2>&1"));
 }
 
 std::unique_ptr<MatmulServer> StartServer(const ServerOptions& options) {

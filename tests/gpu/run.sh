@@ -15,6 +15,7 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export MATMUL_TRANSPORT_PROBE="$PWD/bundle/transport_probe"
 log=$OUT/run.log
 : >"$log"
 # bundle.sh ships one compressed payload; unpack it once.
