@@ -4,7 +4,7 @@
 #
 #   tests/run_all.sh         the main build (build/) and its ctest suite
 #   tests/run_all.sh --all   also what CI runs besides (CI=true implies it):
-#     the fuzzers for 30 s each (tests/fuzz/run_fuzzers.sh), the CPU suite
+#     the fuzzers for 20 s each (tests/fuzz/run_fuzzers.sh), the CPU suite
 #     under ASan + UBSan with leak checks (tests/sanitizers/asan_ubsan.sh)
 #     and the strict TSan list (the batcher, the executor, the ring's daemon
 #     side: tests/sanitizers/tsan.sh with TSAN_GRPC_TESTS empty). Those
@@ -45,7 +45,7 @@ main_suite() {
 }
 part "build and ctest" main_suite
 if ((all)); then
-  part "fuzzers" tests/fuzz/run_fuzzers.sh
+  part "fuzzers" tests/fuzz/run_fuzzers.sh --seconds 20
   part "ASan+UBSan suite" tests/sanitizers/asan_ubsan.sh
   part "TSan subset" env TSAN_GRPC_TESTS= tests/sanitizers/tsan.sh
 fi

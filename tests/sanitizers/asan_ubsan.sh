@@ -13,10 +13,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/sanitizers/test_targets.sh
 build_dir=${BUILD_DIR:-build-asan}
-skip_targets=${ASAN_SKIP_TARGETS:-'^(cublaslt_gemm_test|gemm_selector_test|cuda_backend_test|mma_gemm_test|gpu_fault_test)$'}
+# matmul_bench_test and the line chart: client-side report code that the
+# main suite covers, not worth their build time here.
+skip_targets=${ASAN_SKIP_TARGETS:-'^(cublaslt_gemm_test|gemm_selector_test|cuda_backend_test|mma_gemm_test|gpu_fault_test|matmul_bench_test|matmul_line_chart_test)$'}
 # _NOT_BUILT: gtest_discover_tests' placeholders for the skipped targets.
-# soak: the soak has its own CI step on the main build.
-skip_tests=${ASAN_SKIP_TESTS:-'_NOT_BUILT$|soak'}
+# soak: the soak has its own CI step on the main build. observability and
+# deploy manifests check configuration files, not memory.
+skip_tests=${ASAN_SKIP_TESTS:-'_NOT_BUILT$|soak|observability_test|deploy_manifests_test'}
 BUILD_DIR=$build_dir tests/sanitizers/build.sh asan
 mapfile -t targets < <(test_targets "$build_dir" '_test$' "$skip_targets")
 echo "asan_ubsan: ${#targets[@]} test executables: ${targets[*]}"
