@@ -3,6 +3,7 @@
 // matmul-cli, and stopped with SIGTERM while requests are in flight.
 #include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,10 +131,15 @@ TEST(ServerProcessTest, BadFlagsAndBusyAddressesFailClearly) {
       RunCommand({MATMUL_SERVER_PATH, "--backend=tpu", "--metrics_listen="}),
       1);
   EXPECT_NE(RunCommand({MATMUL_SERVER_PATH, "--no_such_flag"}), 0);
-  EXPECT_EQ(RunCommand({MATMUL_SERVER_PATH, "--backend=cpu",
-                        "--listen=unix:/nonexistent-dir/x.sock",
-                        "--metrics_listen="}),
-            1);
+  // A directory that does not exist (and that the daemon must not make:
+  // only the default socket's directory is its to make).
+  const std::string missing = PrivateSocketDirectory() + "/no-such-dir";
+  EXPECT_EQ(
+      RunCommand({MATMUL_SERVER_PATH, "--backend=cpu",
+                  "--listen=unix:" + missing + "/x.sock", "--metrics_listen="}),
+      1);
+  struct stat info {};
+  EXPECT_NE(stat(missing.c_str(), &info), 0);
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 //            use_session SESSION_ID     ListRegions and AttachRing in it
 //            flood SECONDS CONCURRENCY  inline 64x64x64 products, counted
 //                                       by outcome ("OK 812", ...)
+//            register_shm NAME          RegisterRegion of that shm segment
+//                                       in a session of its own
 #include <grp.h>
 #include <unistd.h>
 
@@ -27,7 +29,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "client/registered_region.h"
 #include "client/request_builder.h"
+#include "client/session.h"
 
 namespace {
 
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
   if (!DropPrivileges(argc, argv, &next) || argc - next < 2) {
     std::fprintf(stderr,
                  "usage: transport_probe [--as_uid=N --as_gid=N "
-                 "--groups=G,...] TARGET info|use_session ID|flood S C\n");
+                 "--groups=G,...] TARGET info|use_session ID|flood S C|"
+                 "register_shm NAME\n");
     return 2;
   }
   const std::string target = argv[next];
@@ -134,6 +139,22 @@ int main(int argc, char** argv) {
     }
     std::printf("%s\n",
                 CodeName(matmul::FromGrpcStatus(reader->Finish())).c_str());
+    return 0;
+  }
+  if (command == "register_shm" && argc - next == 3) {
+    absl::StatusOr<std::unique_ptr<matmul::Session>> session =
+        matmul::Session::Open(**client, "transport_probe", absl::Seconds(10));
+    if (!session.ok()) {
+      std::printf("%s\n", CodeName(session.status()).c_str());
+      return 0;
+    }
+    matmul::v1::RegisterRegionRequest request;
+    request.mutable_shm()->set_name(argv[next + 2]);
+    std::printf("%s\n",
+                CodeName(matmul::RegisteredRegion::Register(
+                             **client, **session, request, absl::Seconds(10))
+                             .status())
+                    .c_str());
     return 0;
   }
   double seconds = 0;

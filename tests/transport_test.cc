@@ -176,6 +176,30 @@ TEST(UnixSocketTest, TheSocketsGroupDecidesWhoMayConnect) {
             "UNAVAILABLE\n");
 }
 
+// Root's segment, which the other user could not open itself, is not
+// opened for it by the daemon (which runs as root here).
+TEST(UnixSocketTest, AnotherUsersShmSegmentIsRefused) {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "needs root to run a client as another user";
+  }
+  const std::string directory = MakeDirectory(0755);
+  const std::string socket = directory + "/matmul.sock";
+  ServerOptions options = LocalOptions(socket);
+  options.unix_socket.mode = 0666;
+  std::unique_ptr<MatmulServer> server = StartServer(options);
+  ASSERT_NE(server, nullptr);
+  absl::StatusOr<std::unique_ptr<SharedMemorySegment>> secret =
+      SharedMemorySegment::Create(4096);
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  const std::string target = "unix:" + socket;
+  EXPECT_EQ(Probe(absl::StrCat("--as_uid=65534 --as_gid=65534 --groups= ",
+                               target, " register_shm ", (*secret)->name())),
+            "PERMISSION_DENIED\n");
+  // Its owner may.
+  EXPECT_EQ(Probe(absl::StrCat(target, " register_shm ", (*secret)->name())),
+            "OK\n");
+}
+
 // A daemon with a unix socket and a loopback TCP port.
 class LocalAndTcpTest : public ::testing::Test {
  protected:
