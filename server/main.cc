@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_allow_shared_socket_dir);
   // The default socket's directory (/run/matmul) is the daemon's to make.
   options.unix_socket.create_directory =
-      options.listen == absl::GetFlag(FLAGS_listen);
+      options.listen == matmul::ServerOptions().listen;
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

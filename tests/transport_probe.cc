@@ -9,7 +9,7 @@
 //            use_session SESSION_ID     ListRegions and AttachRing in it
 //            flood SECONDS CONCURRENCY  inline 64x64x64 products, counted
 //                                       by outcome ("OK 812", ...)
-//            register_shm NAME          RegisterRegion of that shm segment
+//            register_shm NAME          RegisterRegion of its first 4 KiB
 //                                       in a session of its own
 #include <grp.h>
 #include <unistd.h>
@@ -150,6 +150,7 @@ int main(int argc, char** argv) {
     }
     matmul::v1::RegisterRegionRequest request;
     request.mutable_shm()->set_name(argv[next + 2]);
+    request.mutable_shm()->set_size_bytes(4096);
     std::printf("%s\n",
                 CodeName(matmul::RegisteredRegion::Register(
                              **client, **session, request, absl::Seconds(10))
