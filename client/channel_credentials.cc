@@ -2,27 +2,10 @@
 
 #include <grpcpp/support/channel_arguments.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "common/pem_file.h"
 
 namespace matmul {
-namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& path,
-                                    absl::string_view what) {
-  std::ifstream file(path);
-  std::stringstream contents;
-  contents << file.rdbuf();
-  if (!file || contents.str().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read the ", what, " PEM file '", path, "'"));
-  }
-  return contents.str();
-}
-
-}  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
     const ClientTlsOptions& tls) {
@@ -39,13 +22,15 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
         "a client certificate and its key go together: give both or neither");
   }
   grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> ca = ReadPem(tls.ca_file, "CA");
+  absl::StatusOr<std::string> ca = ReadPemFile(tls.ca_file, "the TLS CA");
   if (!ca.ok()) return ca.status();
   ssl.pem_root_certs = *std::move(ca);
   if (!tls.cert_file.empty()) {
-    absl::StatusOr<std::string> cert = ReadPem(tls.cert_file, "certificate");
+    absl::StatusOr<std::string> cert =
+        ReadPemFile(tls.cert_file, "the client certificate");
     if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadPem(tls.key_file, "private key");
+    absl::StatusOr<std::string> key =
+        ReadPemFile(tls.key_file, "the client key");
     if (!key.ok()) return key.status();
     ssl.pem_cert_chain = *std::move(cert);
     ssl.pem_private_key = *std::move(key);

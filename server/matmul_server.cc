@@ -5,30 +5,16 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_posix.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/pem_file.h"
 #include "common/status_macros.h"
 #include "server/regions/shm_region.h"
 
 namespace matmul {
 namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& path,
-                                    absl::string_view flag) {
-  std::ifstream file(path);
-  std::stringstream contents;
-  contents << file.rdbuf();
-  if (!file || contents.str().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": cannot read a PEM file at '", path, "'"));
-  }
-  return contents.str();
-}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
     const TlsOptions& tls) {
@@ -38,12 +24,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TlsCredentials(
   }
   grpc::SslServerCredentialsOptions ssl;
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  ASSIGN_OR_RETURN(pair.cert_chain, ReadPem(tls.cert_file, "--tls_cert"));
-  ASSIGN_OR_RETURN(pair.private_key, ReadPem(tls.key_file, "--tls_key"));
+  ASSIGN_OR_RETURN(pair.cert_chain, ReadPemFile(tls.cert_file, "--tls_cert"));
+  ASSIGN_OR_RETURN(pair.private_key, ReadPemFile(tls.key_file, "--tls_key"));
   ssl.pem_key_cert_pairs.push_back(std::move(pair));
   if (!tls.client_ca_file.empty()) {
     ASSIGN_OR_RETURN(ssl.pem_root_certs,
-                     ReadPem(tls.client_ca_file, "--tls_client_ca"));
+                     ReadPemFile(tls.client_ca_file, "--tls_client_ca"));
     ssl.client_certificate_request =
         GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
