@@ -27,7 +27,7 @@ namespace {
 class Service {
  public:
   Service() : registry_(RegionRegistryOptions{}) {
-    metrics_ = *ServerMetrics::Create(/*listen=*/"", 8, "cpu");
+    metrics_ = *ServerMetrics::Create(/*listen=*/"", 8, CurrentBuildInfo());
     DeviceLane lane;
     lane.backend = CpuBackend::Create(/*threads_per_product=*/1);
     lane.region_opener = std::make_unique<RegionOpener>(RegionOpenOptions{});
@@ -47,7 +47,8 @@ class Service {
     limits_.max_message_bytes = 1 << 16;
     service_ = std::make_unique<MatmulServiceImpl>(
         lanes_, *metrics_, registry_, limits_, /*max_concurrent_requests=*/16,
-        "matmul-fuzz", RingOptions{});
+        /*max_in_flight_per_client=*/0, "matmul-fuzz",
+        /*allow_other_shm_owners=*/false, RingOptions{});
   }
 
   MatmulServiceImpl& service() { return *service_; }

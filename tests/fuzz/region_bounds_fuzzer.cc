@@ -8,6 +8,8 @@
 // Input: [4 sizes and offsets of the regions: 16 bytes][serialized
 // MatmulRequest]. Each tensor's region_id picks a fake region by its first
 // byte; the session is always the fake regions' own.
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -92,7 +94,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // object registered twice), 2 and 3 of the second.
   FakeObject objects[2] = {FakeObject(kObjectBytes), FakeObject(kObjectBytes)};
   RegionRegistry registry(RegionRegistryOptions{});
-  const std::string session = registry.OpenSession("fuzz");
+  const PeerCredentials owner{
+      .pid = getpid(), .uid = getuid(), .gid = getgid()};
+  const std::string session = registry.OpenSession("fuzz", owner);
   std::vector<std::string> ids;
   for (int r = 0; r < kRegions; ++r) {
     const uint32_t word = Read32(data + 4 * r);
@@ -100,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t bytes = (word >> 16) % (kObjectBytes - offset + 1);
     FakeObject& object = objects[r / 2];
     absl::StatusOr<std::string> id = registry.Add(
-        session,
+        session, owner,
         std::make_shared<FakeRegion>(object, r / 2 == 0 ? "object0" : "object1",
                                      offset, static_cast<int64_t>(bytes)));
     FUZZ_CHECK(id.ok());

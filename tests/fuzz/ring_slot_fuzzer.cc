@@ -75,8 +75,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   request.set_shm_name(name);
   request.set_slot_count(slots);
   request.set_slot_bytes(slot_bytes);
-  absl::StatusOr<std::unique_ptr<AttachedRing>> ring =
-      AttachedRing::Open(request, kPrefix);
+  absl::StatusOr<std::unique_ptr<AttachedRing>> ring = AttachedRing::Open(
+      request, kPrefix,
+      PeerCredentials{.pid = getpid(), .uid = getuid(), .gid = getgid()});
   shm_unlink(("/" + name).c_str());
   if (!ring.ok()) {
     FUZZ_CHECK(!ring.status().message().empty());
