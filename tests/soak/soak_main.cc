@@ -42,7 +42,7 @@
 #include "tests/soak/soak_tally.h"
 #include "tests/soak/soak_worker.h"
 
-ABSL_FLAG(std::string, target, "unix:/tmp/matmul.sock",
+ABSL_FLAG(std::string, target, "unix:/run/matmul/matmul.sock",
           "The daemon: unix:/path/to.sock or host:port.");
 ABSL_FLAG(int, daemon_pid, 0,
           "The daemon's pid, to check it is the same process at the end and "

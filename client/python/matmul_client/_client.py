@@ -404,7 +404,7 @@ class Client:
     Thread-safe; host-path products of one client run one at a time (they
     share the scratch region)."""
 
-    def __init__(self, target="unix:/tmp/matmul.sock", *, client_name=None,
+    def __init__(self, target="unix:/run/matmul/matmul.sock", *, client_name=None,
                  timeout=60.0, max_message_bytes=256 << 20,
                  shm_prefix="matmul", connect_timeout=30.0):
         self.target = target
@@ -862,7 +862,7 @@ _default_clients = {}
 _default_lock = threading.Lock()
 
 
-def default_client(target="unix:/tmp/matmul.sock"):
+def default_client(target="unix:/run/matmul/matmul.sock"):
     """The process-wide Client of `target` (created on first use, closed at
     exit)."""
     with _default_lock:
@@ -884,7 +884,7 @@ atexit.register(close_default_clients)
 
 
 def matmul(a, b, out=None, transpose_b=False, transpose_a=False, alpha=1.0,
-           beta=0.0, out_dtype=None, target="unix:/tmp/matmul.sock"):
+           beta=0.0, out_dtype=None, target="unix:/run/matmul/matmul.sock"):
     """alpha * op(a) @ op(b) + beta * out on the daemon at `target`; see
     Client.matmul. matmul(x, w, transpose_b=True) is x @ w.T (nn.Linear)."""
     return default_client(target).matmul(
