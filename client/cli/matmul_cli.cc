@@ -47,6 +47,16 @@
 
 ABSL_FLAG(std::string, target, "unix:/run/matmul/matmul.sock",
           "Daemon address: unix:/path/to.sock or host:port.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "TCP daemons serving TLS: the PEM CA that signed the daemon's "
+          "certificate (turns TLS on).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "With --tls_ca: this client's PEM certificate, for daemons that "
+          "require one (--tls_client_ca there).");
+ABSL_FLAG(std::string, tls_key, "", "The PEM private key of --tls_cert.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "With --tls_ca: the name the daemon's certificate must carry, when "
+          "it is not the target's host (an IP address, say).");
 ABSL_FLAG(bool, json, false, "Print the result as one JSON object.");
 ABSL_FLAG(absl::Duration, timeout, absl::Seconds(60),
           "Deadline of each RPC, e.g. 500ms, 30s, 2m.");
@@ -364,9 +374,20 @@ std::string Bytes(int64_t bytes) {
   return absl::StrCat(bytes, " B");
 }
 
+// The client options every subcommand shares: its timeout and TLS flags.
+ClientOptions CliClientOptions(absl::Duration timeout) {
+  ClientOptions options;
+  options.default_timeout = timeout;
+  options.tls = {.ca_file = absl::GetFlag(FLAGS_tls_ca),
+                 .cert_file = absl::GetFlag(FLAGS_tls_cert),
+                 .key_file = absl::GetFlag(FLAGS_tls_key),
+                 .server_name = absl::GetFlag(FLAGS_tls_server_name)};
+  return options;
+}
+
 int RunInfo(absl::string_view target, absl::Duration timeout, bool json) {
   absl::StatusOr<std::unique_ptr<Client>> client =
-      Client::Create(std::string(target));
+      Client::Create(std::string(target), CliClientOptions(timeout));
   if (!client.ok()) return UsageError(client.status().message());
   absl::StatusOr<v1::GetServerInfoResponse> info =
       (*client)->GetServerInfo(timeout);
@@ -690,7 +711,7 @@ int RunProduct(const RunOptions& options) {
     return UsageError(random_request.status().message());
   }
   absl::StatusOr<std::unique_ptr<Client>> client =
-      Client::Create(options.target, {.default_timeout = options.timeout});
+      Client::Create(options.target, CliClientOptions(options.timeout));
   if (!client.ok()) return UsageError(client.status().message());
   // After the client: the region and session it holds are released through
   // the client's channel, so they must go first.

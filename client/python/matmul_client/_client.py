@@ -406,16 +406,35 @@ class Client:
 
     def __init__(self, target="unix:/run/matmul/matmul.sock", *, client_name=None,
                  timeout=60.0, max_message_bytes=256 << 20,
-                 shm_prefix="matmul", connect_timeout=30.0):
+                 shm_prefix="matmul", connect_timeout=30.0,
+                 tls_ca=None, tls_cert=None, tls_key=None):
         self.target = target
         self.timeout = timeout
         self.shm_prefix = shm_prefix
         self._connect_timeout = connect_timeout
         self._client_name = client_name or f"python pid {os.getpid()}"
-        self._channel = grpc.insecure_channel(target, options=[
+        channel_options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
-        ])
+        ]
+        if tls_ca is None and (tls_cert or tls_key):
+            raise ValueError("a client certificate needs tls_ca, the CA "
+                             "that signed the daemon's certificate")
+        if tls_ca is not None:
+            # A TCP daemon serving TLS (paths of PEM files); tls_cert and
+            # tls_key when it asks for a client certificate.
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=read(tls_ca),
+                private_key=read(tls_key) if tls_key else None,
+                certificate_chain=read(tls_cert) if tls_cert else None)
+            self._channel = grpc.secure_channel(target, credentials,
+                                                options=channel_options)
+        else:
+            self._channel = grpc.insecure_channel(target,
+                                                  options=channel_options)
         self._stub = pb_grpc.MatmulServiceStub(self._channel)
         self._lock = threading.RLock()
         self._session_call = None
