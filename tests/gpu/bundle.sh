@@ -13,7 +13,9 @@
 # Env: MATMUL_CUDA_ARCHS (default "90a;121a"), JOBS (default 2),
 #      BUILD_DIR (default build-gpu), TARGETS (default: all), SOURCE_DIR
 #      (default: the repo root), EXCLUDE (a regex of binary names to leave
-#      out, e.g. 'mma_' when the run needs no own-kernel tools).
+#      out, e.g. 'mma_' when the run needs no own-kernel tools),
+#      BUNDLE_PROMETHEUS=1 (also Debian's prometheus, which links only libc:
+#      tests/gpu/steps/dashboard_vs_bench.sh needs it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -53,6 +55,10 @@ for bin in "${binaries[@]}"; do
   cp "$bin" "$stage/"
   strip --strip-unneeded "$stage/$(basename "$bin")"
 done
+
+if [ -n "${BUNDLE_PROMETHEUS:-}" ]; then
+  cp "$(command -v prometheus)" "$stage/"
+fi
 
 # Libraries: everything ldd resolves except the system's C runtime and
 # CUDA's own libraries.
