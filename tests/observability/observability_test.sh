@@ -10,7 +10,8 @@
 #     dashboard and alert expression through the HTTP API (all must
 #     evaluate, all but the DCGM ones must return data), and must reject a
 #     dashboard with a broken and an empty expression;
-#  4. promtool check metrics on a live scrape.
+#  4. promtool check metrics on a live scrape, and every family it exports
+#     named in the README's metrics table.
 # Installs nothing: deploy/install_deps.sh puts prometheus (and promtool)
 # in place. Every process it starts is stopped on exit.
 # Usage: observability_test.sh MATMUL_SERVER MATMUL_CLI SOURCE_DIR
@@ -143,5 +144,12 @@ grep -q 'panel "broken" target B: returned no data' "$dir/broken.out" ||
 echo "== promtool check metrics on a live scrape (${SECONDS}s)"
 curl -sf "http://127.0.0.1:$metrics_port/metrics" >"$dir/scrape.txt"
 promtool check metrics <"$dir/scrape.txt" || fail "promtool check metrics"
+
+echo "== every exported family is in the README's metrics table (${SECONDS}s)"
+missing=$(awk '/^# TYPE / {print $3}' "$dir/scrape.txt" | sort -u |
+  while read -r family; do
+    grep -q "\`$family\`" "$source_dir/README.md" || echo "$family"
+  done)
+[[ -z $missing ]] || fail "not in README.md's metrics table: $missing"
 
 echo "PASS"
