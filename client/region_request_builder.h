@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "client/request_builder.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {

@@ -12,7 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/bf16.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/reference_gemm.h"
+#include "common/gemm/reference_gemm.h"
 
 namespace matmul {
 namespace {

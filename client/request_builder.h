@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {

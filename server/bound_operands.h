@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/regions/region_registry.h"
 #include "server/request_validation.h"

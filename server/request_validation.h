@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {

@@ -6,7 +6,7 @@
 
 #include "common/bf16.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/reference_gemm.h"
+#include "common/gemm/reference_gemm.h"
 
 namespace matmul {
 namespace {

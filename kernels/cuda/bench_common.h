@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 #include "nlohmann/json.hpp"
 
 namespace matmul::cuda {

@@ -46,7 +46,7 @@
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/gemm_selector.h"
 #include "kernels/gemm_backend.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 
 namespace matmul {
 

@@ -37,7 +37,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_resources.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 
 namespace matmul::cuda {
 

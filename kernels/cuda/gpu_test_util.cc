@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/bf16.h"
 #include "common/status_macros.h"
-#include "kernels/cpu/reference_gemm.h"
+#include "common/gemm/reference_gemm.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_status.h"
 

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/cuda_resources.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 
 namespace matmul::testing {
 

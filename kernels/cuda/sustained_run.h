@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/gemm_selector.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 
 namespace matmul::cuda {
 

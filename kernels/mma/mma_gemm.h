@@ -35,7 +35,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 
 namespace matmul::mma {
 

@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/bf16.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/reference_gemm.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/reference_gemm.h"
+#include "common/gemm/gemm_problem.h"
 
 namespace matmul::mma {
 namespace {

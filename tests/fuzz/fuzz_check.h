@@ -10,7 +10,7 @@
 #include <cstdlib>
 
 #include "google/protobuf/stubs/logging.h"
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 
 // A broken invariant: the input that got here is a bug.
 #define FUZZ_CHECK(condition)                                          \

@@ -1,4 +1,4 @@
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -1,4 +1,4 @@
-#include "kernels/cpu/reference_gemm.h"
+#include "common/gemm/reference_gemm.h"
 
 #include <cmath>
 #include <cstdint>

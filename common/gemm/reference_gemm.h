@@ -1,12 +1,12 @@
 // A plain FP64 GEMM over host memory: the reference every backend, the CLI's
 // --check and the tests compare against. Slow on purpose: no blocking, no
 // reordering of the K sum beyond what double precision makes irrelevant.
-#ifndef MATMUL_KERNELS_CPU_REFERENCE_GEMM_H_
-#define MATMUL_KERNELS_CPU_REFERENCE_GEMM_H_
+#ifndef MATMUL_COMMON_GEMM_REFERENCE_GEMM_H_
+#define MATMUL_COMMON_GEMM_REFERENCE_GEMM_H_
 
 #include <vector>
 
-#include "kernels/gemm_problem.h"
+#include "common/gemm/gemm_problem.h"
 
 namespace matmul {
 
@@ -25,4 +25,4 @@ double RelativeError(const std::vector<double>& actual,
 
 }  // namespace matmul
 
-#endif  // MATMUL_KERNELS_CPU_REFERENCE_GEMM_H_
+#endif  // MATMUL_COMMON_GEMM_REFERENCE_GEMM_H_

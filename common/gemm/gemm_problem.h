@@ -4,8 +4,8 @@
 // are folded into the strides, as in the seed kernel (stride_am/stride_ak):
 // a transposed operand simply has row_stride 1 and a large col_stride.
 // Knows nothing of gRPC; the server builds it from a validated request.
-#ifndef MATMUL_KERNELS_GEMM_PROBLEM_H_
-#define MATMUL_KERNELS_GEMM_PROBLEM_H_
+#ifndef MATMUL_COMMON_GEMM_GEMM_PROBLEM_H_
+#define MATMUL_COMMON_GEMM_GEMM_PROBLEM_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -70,4 +70,4 @@ std::string ShapeName(const GemmProblem& problem);
 
 }  // namespace matmul
 
-#endif  // MATMUL_KERNELS_GEMM_PROBLEM_H_
+#endif  // MATMUL_COMMON_GEMM_GEMM_PROBLEM_H_
