@@ -1,5 +1,6 @@
 // AttachedRing against rings laid out by hand: what it refuses to attach,
-// and what it does with a client that writes nonsense into its ring.
+// what it does with a client that writes nonsense into its ring, and many
+// client and daemon threads going through the ring's protocol at once.
 #include "server/ring/attached_ring.h"
 
 #include <fcntl.h>
