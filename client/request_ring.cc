@@ -87,7 +87,14 @@ RequestRing::~RequestRing() {
   if (stream_ != nullptr) stream_->CancelAndWait();
   stopping_.store(true);
   if (completion_thread_.joinable()) {
-    ring::FutexWakeAll(ring::Header(segment_->data())->answers);
+    // A wake-up alone is lost when the completion thread is between its
+    // stopping_ check and its FutexWait: it would sleep out the wait's
+    // timeout. Changing the futex word makes that wait return at once; the
+    // thread re-checks stopping_ after it loads the word (seq_cst on both
+    // sides, a store then a load each: Dekker).
+    ring::RingHeader* header = ring::Header(segment_->data());
+    header->answers.fetch_add(1);
+    ring::FutexWakeAll(header->answers);
     completion_thread_.join();
   }
   FailAsync(absl::InfiniteFuture(), /*all=*/true,
@@ -175,7 +182,11 @@ void RequestRing::Submit(uint32_t index, const v1::MatmulRequest& request,
   ring::QueueEntry& entry = ring::SubmitQueue(base)[position % options_.slots];
   entry.slot = index;
   entry.sequence.store(position + 1, std::memory_order_release);
-  header->doorbell.fetch_add(1);  // seq_cst: before the sleeping check
+  // seq_cst, as WaitForDoorbell's flag store and doorbell load: each side
+  // stores, then loads what the other stored (Dekker); weaker, both could
+  // miss the other's store, and this request would wait out the daemon's
+  // sleep.
+  header->doorbell.fetch_add(1);
   if (header->daemon_sleeping.load() != 0) ring::FutexWakeAll(header->doorbell);
 }
 
@@ -195,7 +206,9 @@ bool RequestRing::WaitForAnswer(uint32_t index, absl::Time deadline) {
       detached_at = now;
     }
     if (now - detached_at > kDetachGrace) return false;
-    slot->client_waiting.store(1);  // seq_cst: before the state re-check
+    // seq_cst, as Complete's state store and client_waiting load (Dekker,
+    // see doorbell in Submit): weaker could lose the wake-up.
+    slot->client_waiting.store(1);
     if (slot->state.load() != ring::kDone) {
       ring::FutexWait(slot->state, ring::kSubmitted,
                       std::min(deadline - now, absl::Milliseconds(10)));
@@ -367,9 +380,11 @@ void RequestRing::CompleteLoop() {
       ring::CpuRelax();
       continue;
     }
+    // seq_cst, as Complete's bump of `answers` and client_sleeping load
+    // (Dekker, see doorbell in Submit): weaker could lose the wake-up.
     header->client_sleeping.store(1);
     const uint32_t seen = header->answers.load();
-    if (next.sequence.load() != complete_head_ + 1) {
+    if (next.sequence.load() != complete_head_ + 1 && !stopping_.load()) {
       // Deadlines are checked every few milliseconds while calls are out.
       ring::FutexWait(header->answers, seen,
                       async_in_flight_.load() > 0 ? absl::Milliseconds(5)

@@ -26,6 +26,21 @@
 // checks every slot index, state and length, and copies a request out of
 // the slot before parsing it. A client that scribbles on its ring can only
 // lose its own requests.
+//
+// Memory ordering (either side may run on a weakly ordered CPU, arm64):
+// - A slot's fields and payload are written before its state is stored
+//   with release, and read only after an acquire load saw that state
+//   (kSubmitted: the daemon; kDone: the client).
+// - A queue entry's `slot` is written before its `sequence` is stored with
+//   release; a reader loads `sequence` with acquire before it reads `slot`.
+// - Sleeping: the sleeper sets its flag (daemon_sleeping, client_sleeping,
+//   client_waiting), then loads the futex word and re-checks; the waker
+//   publishes (bumps the futex word or stores the state), then loads the
+//   flag. Each side is a store followed by a load of another location,
+//   which only seq_cst orders (Dekker): with anything weaker both sides can
+//   miss each other's store, and the wake-up is lost until the timeout.
+// - The daemon reads each field the client writes once (LoadOnce) and
+//   checks that copy; a torn or changing value can only fail the client.
 #ifndef MATMUL_COMMON_REQUEST_RING_LAYOUT_H_
 #define MATMUL_COMMON_REQUEST_RING_LAYOUT_H_
 

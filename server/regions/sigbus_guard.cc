@@ -168,6 +168,15 @@ SigbusGuard::~SigbusGuard() {
   entry.state.store(kFree);
 }
 
-bool SigbusGuard::faulted() const { return g_entries[slot_].faulted.load(); }
+bool SigbusGuard::faulted() const {
+  // Callers read the mapping, then ask whether those reads saw zero pages.
+  // A weakly ordered CPU (arm64) may satisfy the flag's load before those
+  // reads, so that a read of the zero pages still finds the flag clear:
+  // the fence keeps every earlier load before it. (The handler sets the
+  // flag before its mmap, whose TLB shootdown publishes the store before
+  // any thread can read the new pages.)
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return g_entries[slot_].faulted.load();
+}
 
 }  // namespace matmul

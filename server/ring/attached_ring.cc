@@ -30,20 +30,23 @@ absl::StatusOr<std::unique_ptr<AttachedRing>> AttachedRing::Open(
   }
   auto ring = std::unique_ptr<AttachedRing>(
       new AttachedRing(*std::move(mapping), slots, slot_bytes));
+  // Read once: the client may rewrite the header while we check it, and
+  // the message must report what was checked.
   const ring::RingHeader* header = ring::Header(ring->base_);
-  const bool header_matches =
-      header->magic == ring::kMagic && header->version == ring::kVersion &&
-      header->slot_count == slots && header->slot_bytes == slot_bytes;
+  const uint32_t magic = ring::LoadOnce(header->magic);
+  const uint32_t version = ring::LoadOnce(header->version);
+  const uint32_t header_slots = ring::LoadOnce(header->slot_count);
+  const uint32_t header_slot_bytes = ring::LoadOnce(header->slot_bytes);
   // The header read zeros if the segment shrank under us: say that, not
   // that it disagrees.
   if (ring->faulted()) return ring->FaultedStatus();
-  if (!header_matches) {
+  if (magic != ring::kMagic || version != ring::kVersion ||
+      header_slots != slots || header_slot_bytes != slot_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "ring: the header (magic ", header->magic, ", version ",
-        header->version, ", ", header->slot_count, " slots of ",
-        header->slot_bytes, " bytes) does not match the request (magic ",
-        ring::kMagic, ", version ", ring::kVersion, ", ", slots, " x ",
-        slot_bytes, ")"));
+        "ring: the header (magic ", magic, ", version ", version, ", ",
+        header_slots, " slots of ", header_slot_bytes,
+        " bytes) does not match the request (magic ", ring::kMagic,
+        ", version ", ring::kVersion, ", ", slots, " x ", slot_bytes, ")"));
   }
   // Clients reserve positions from the tail; start where they are.
   ring->head_ = header->submit_tail.load(std::memory_order_acquire);
@@ -89,6 +92,9 @@ std::optional<uint32_t> AttachedRing::Take() {
 
 void AttachedRing::WaitForDoorbell(absl::Duration timeout) {
   ring::RingHeader* header = ring::Header(base_);
+  // seq_cst, as the client's doorbell bump and daemon_sleeping load
+  // (Dekker): weaker, both could miss the other's store and a submission
+  // would wait out this sleep.
   header->daemon_sleeping.store(1);
   const uint32_t rung = header->doorbell.load();
   // A submission published before the load above is seen here; one after
@@ -148,7 +154,11 @@ void AttachedRing::Complete(uint32_t slot, const v1::MatmulResponse& response) {
   const bool notify = ring::LoadOnce(header->notify) != 0;
   // Free for the next submission before the client can see it done.
   taken_[slot].store(false);
-  header->state.store(ring::kDone);  // seq_cst: ordered before the loads below
+  // Release: the response and response_bytes before the state the client
+  // acquires. seq_cst: ordered before the client_waiting load (Dekker with
+  // the client's client_waiting store and state load; weaker could lose
+  // its wake-up).
+  header->state.store(ring::kDone);
   if (!notify) {
     if (header->client_waiting.load() != 0) ring::FutexWakeAll(header->state);
     return;
@@ -159,7 +169,9 @@ void AttachedRing::Complete(uint32_t slot, const v1::MatmulResponse& response) {
       ring::CompleteQueue(base_, slot_count_)[position % slot_count_];
   entry.slot = slot;
   entry.sequence.store(position + 1, std::memory_order_release);
-  ring_header->answers.fetch_add(1);  // seq_cst: before the sleeping check
+  // seq_cst, as the client's client_sleeping store and `answers` load
+  // (Dekker): weaker, both could miss the other's store.
+  ring_header->answers.fetch_add(1);
   if (ring_header->client_sleeping.load() != 0) {
     ring::FutexWakeAll(ring_header->answers);
   }
