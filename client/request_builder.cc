@@ -11,8 +11,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/bf16.h"
-#include "common/status_macros.h"
+#include "common/checked_math.h"
 #include "common/gemm/reference_gemm.h"
+#include "common/status_macros.h"
 
 namespace matmul {
 namespace {
@@ -23,13 +24,6 @@ constexpr int64_t kMaxInlineBytes = std::numeric_limits<int32_t>::max();
 // A quiet BF16 NaN written into the padding of strided operands: a server
 // that reads padding produces NaN, which RelativeError reports as infinite.
 constexpr uint16_t kBf16PaddingNan = 0x7fc0;
-
-bool MultiplyOverflows(int64_t a, int64_t b, int64_t* product) {
-  return __builtin_mul_overflow(a, b, product);
-}
-bool AddOverflows(int64_t a, int64_t b, int64_t* sum) {
-  return __builtin_add_overflow(a, b, sum);
-}
 
 // Row-major element strides of a dense tensor; overflow is not possible once
 // StridedExtentElements has accepted the shape's product.
@@ -67,7 +61,7 @@ absl::StatusOr<v1::Tensor> MakeRandomTensor(DType dtype, bool rank3,
   if (broadcast || row_padding > 0) {
     int64_t row_stride = cols + row_padding;
     int64_t matrix_stride = 0;
-    if (!broadcast && MultiplyOverflows(rows, row_stride, &matrix_stride)) {
+    if (!broadcast && MulOverflows(rows, row_stride, &matrix_stride)) {
       return absl::InvalidArgumentError("operand size overflows int64");
     }
     if (rank3) strides.push_back(matrix_stride);
@@ -76,8 +70,7 @@ absl::StatusOr<v1::Tensor> MakeRandomTensor(DType dtype, bool rank3,
   }
   ASSIGN_OR_RETURN(int64_t extent, StridedExtentElements(shape, strides));
   int64_t bytes = 0;
-  if (MultiplyOverflows(extent, static_cast<int64_t>(DTypeSize(dtype)),
-                        &bytes) ||
+  if (MulOverflows(extent, static_cast<int64_t>(DTypeSize(dtype)), &bytes) ||
       bytes > kMaxInlineBytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "operand of shape [", absl::StrJoin(shape, ", "),
@@ -176,7 +169,7 @@ absl::StatusOr<int64_t> StridedExtentElements(
   if (strides.empty()) {
     int64_t elements = 1;
     for (int64_t dim : shape) {
-      if (MultiplyOverflows(elements, dim, &elements)) {
+      if (MulOverflows(elements, dim, &elements)) {
         return absl::InvalidArgumentError(
             absl::StrCat("shape [", absl::StrJoin(shape, ", "),
                          "] overflows int64 elements"));
@@ -187,7 +180,7 @@ absl::StatusOr<int64_t> StridedExtentElements(
   int64_t last = 0;  // offset of the last element
   for (size_t i = 0; i < shape.size(); ++i) {
     int64_t term = 0;
-    if (MultiplyOverflows(shape[i] - 1, strides[i], &term) ||
+    if (MulOverflows(shape[i] - 1, strides[i], &term) ||
         AddOverflows(last, term, &last)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "shape [", absl::StrJoin(shape, ", "), "] with strides [",
@@ -206,8 +199,7 @@ absl::StatusOr<v1::Tensor> MakeInlineTensor(DType dtype,
                                             absl::Span<const int64_t> strides) {
   ASSIGN_OR_RETURN(int64_t extent, StridedExtentElements(shape, strides));
   int64_t bytes = 0;
-  if (MultiplyOverflows(extent, static_cast<int64_t>(DTypeSize(dtype)),
-                        &bytes) ||
+  if (MulOverflows(extent, static_cast<int64_t>(DTypeSize(dtype)), &bytes) ||
       bytes > kMaxInlineBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor of ", extent,

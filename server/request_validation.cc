@@ -6,19 +6,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 
 namespace matmul {
 namespace {
 
 using v1::DType_Name;
-
-bool MulOverflows(int64_t a, int64_t b, int64_t* out) {
-  return __builtin_mul_overflow(a, b, out);
-}
-bool AddOverflows(int64_t a, int64_t b, int64_t* out) {
-  return __builtin_add_overflow(a, b, out);
-}
 
 std::string ShapeString(const v1::Tensor& tensor) {
   return absl::StrCat("[", absl::StrJoin(tensor.shape(), ", "), "]");

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/gemm/matrix_layout.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/cuda_status.h"
@@ -15,23 +16,11 @@ namespace {
 
 constexpr int64_t kMaxDim = std::numeric_limits<int32_t>::max();
 
-enum class Order { kRowMajor, kColMajor };
-
-// An operand's strides with the ones a degenerate dimension makes
-// irrelevant replaced, so a single row or column classifies cleanly.
-struct Classified {
-  Order order;
-  int64_t ld;  // the non-unit stride
-};
-
-absl::StatusOr<Classified> Classify(const Strides& strides, int64_t rows,
-                                    int64_t cols, const char* name) {
-  Strides s = strides;
-  if (cols == 1) s.col = 1;
-  if (rows == 1 && s.col == 1) s.row = std::max<int64_t>(s.row, cols);
-  if (rows == 1 && s.col != 1) s.row = 1;
-  if (s.col == 1 && s.row >= cols) return Classified{Order::kRowMajor, s.row};
-  if (s.row == 1 && s.col >= rows) return Classified{Order::kColMajor, s.col};
+// The operand's layout; cuBLASLt takes no other than row- or column-major.
+absl::StatusOr<MatrixLayout> Classify(const Strides& strides, int64_t rows,
+                                      int64_t cols, const char* name) {
+  const MatrixLayout layout = ClassifyLayout(strides, rows, cols);
+  if (layout.order != MatrixOrder::kStrided) return layout;
   return absl::InvalidArgumentError(absl::StrCat(
       "cuBLASLt needs operand ", name,
       " with unit row or column stride and a leading dimension at least its "
@@ -49,9 +38,9 @@ struct LtOperand {
 
 // The column-major operand that yields X (want_transpose false) or X^T
 // (true) for an R x C matrix X stored as `c`.
-LtOperand Describe(const Classified& c, int64_t rows, int64_t cols,
+LtOperand Describe(const MatrixLayout& c, int64_t rows, int64_t cols,
                    bool want_transpose) {
-  const bool stored_col_major = c.order == Order::kColMajor;
+  const bool stored_col_major = c.order == MatrixOrder::kColMajor;
   // Stored column-major: the layout is R x C. Stored row-major: the memory
   // is X^T column-major, C x R.
   const uint64_t lr = stored_col_major ? rows : cols;
@@ -246,14 +235,14 @@ absl::StatusOr<std::shared_ptr<const CublasLtPlan>> CublasLtGemm::GetPlan(
 absl::StatusOr<std::unique_ptr<CublasLtPlan>> CublasLtGemm::BuildPlan(
     const GemmProblem& p, std::string key) const {
   ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(device_));
-  ASSIGN_OR_RETURN(Classified a, Classify(p.a.strides, p.m, p.k, "A"));
-  ASSIGN_OR_RETURN(Classified b, Classify(p.b.strides, p.k, p.n, "B"));
-  ASSIGN_OR_RETURN(Classified c, Classify(p.c.strides, p.m, p.n, "C"));
+  ASSIGN_OR_RETURN(MatrixLayout a, Classify(p.a.strides, p.m, p.k, "A"));
+  ASSIGN_OR_RETURN(MatrixLayout b, Classify(p.b.strides, p.k, p.n, "B"));
+  ASSIGN_OR_RETURN(MatrixLayout c, Classify(p.c.strides, p.m, p.n, "C"));
 
   auto plan = std::unique_ptr<CublasLtPlan>(new CublasLtPlan());
   plan->key_ = std::move(key);
   plan->pointer_array_ = p.a.pointers != nullptr;
-  plan->swap_operands_ = c.order == Order::kRowMajor;
+  plan->swap_operands_ = c.order == MatrixOrder::kRowMajor;
   plan->min_alignment_[0] =
       ProblemAlignment(p.a.data, p.a.pointers, p.a.pointer_alignment, 2);
   plan->min_alignment_[1] =

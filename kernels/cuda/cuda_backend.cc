@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checked_math.h"
+#include "common/gemm/matrix_layout.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_ops.h"
@@ -18,42 +20,17 @@ using cuda::CudaStatus;
 using cuda::DeviceBuffer;
 using cuda::StreamBuffer;
 
-enum class Layout { kRowMajor, kColMajor, kStrided };
-
-// How an operand's memory can be handed to a kernel: row-major (unit column
-// stride), column-major (unit row stride), or neither (packed first).
-struct Classified {
-  Layout layout;
-  int64_t ld;  // leading dimension for the first two
-};
-
-Classified Classify(const Strides& s, int64_t rows, int64_t cols) {
-  const bool row_ok = (cols == 1 || s.col == 1) && (rows == 1 || s.row >= cols);
-  const bool col_ok = (rows == 1 || s.row == 1) && (cols == 1 || s.col >= rows);
-  // With one row or column both views hold; prefer the one the strides
-  // literally say, so the selector key matches the caller's intent.
-  if (row_ok && (s.col == 1 || !col_ok)) {
-    return {Layout::kRowMajor, rows == 1 ? cols : s.row};
-  }
-  if (col_ok) return {Layout::kColMajor, cols == 1 ? rows : s.col};
-  return {Layout::kStrided, 0};
-}
-
 // Strides a kernel sees for a classified operand (batch stride kept).
-Strides Normalized(const Classified& c, int64_t batch_stride) {
-  if (c.layout == Layout::kColMajor) return {batch_stride, 1, c.ld};
+Strides Normalized(const MatrixLayout& c, int64_t batch_stride) {
+  if (c.order == MatrixOrder::kColMajor) return {batch_stride, 1, c.ld};
   return {batch_stride, c.ld, 1};
 }
 
 // Strides of a dense copy in the given layout.
-Strides Dense(Layout layout, int64_t rows, int64_t cols, bool broadcast) {
+Strides Dense(MatrixOrder layout, int64_t rows, int64_t cols, bool broadcast) {
   const int64_t batch = broadcast ? 0 : rows * cols;
-  if (layout == Layout::kColMajor) return {batch, 1, rows};
+  if (layout == MatrixOrder::kColMajor) return {batch, 1, rows};
   return {batch, cols, 1};
-}
-
-bool MulOverflows(int64_t a, int64_t b, int64_t* out) {
-  return __builtin_mul_overflow(a, b, out);
 }
 
 const char* EntryPointer(const void* data, const void* const* pointers,
@@ -79,33 +56,33 @@ bool DeviceAddressable(const void* pointer) {
 // addressing picks the copy direction); a strided source is packed on the
 // host, or gathered by a kernel when the device can read it.
 absl::Status StageIn(const void* data, const void* const* pointers,
-                     const Strides& strides, const Classified& c, int64_t rows,
-                     int64_t cols, int64_t entries, size_t element,
-                     char* device, cudaStream_t stream,
+                     const Strides& strides, const MatrixLayout& c,
+                     int64_t rows, int64_t cols, int64_t entries,
+                     size_t element, char* device, cudaStream_t stream,
                      std::vector<char>& pack) {
   const size_t matrix_bytes = rows * cols * element;
   for (int64_t b = 0; b < entries; ++b) {
     const char* src = EntryPointer(data, pointers, strides.batch, b, element);
     char* dst = device + b * matrix_bytes;
-    switch (c.layout) {
-      case Layout::kRowMajor:
+    switch (c.order) {
+      case MatrixOrder::kRowMajor:
         RETURN_IF_ERROR(CudaStatus(
             cudaMemcpy2DAsync(dst, cols * element, src, c.ld * element,
                               cols * element, rows, cudaMemcpyDefault, stream),
             "cudaMemcpy2DAsync(staging in)"));
         break;
-      case Layout::kColMajor:
+      case MatrixOrder::kColMajor:
         RETURN_IF_ERROR(CudaStatus(
             cudaMemcpy2DAsync(dst, rows * element, src, c.ld * element,
                               rows * element, cols, cudaMemcpyDefault, stream),
             "cudaMemcpy2DAsync(staging in)"));
         break;
-      case Layout::kStrided:
+      case MatrixOrder::kStrided:
         if (DeviceAddressable(src)) {
           RETURN_IF_ERROR(cuda::CopyMatrix(
               {src, nullptr, {0, strides.row, strides.col}},
-              {dst, nullptr, Dense(Layout::kRowMajor, rows, cols, true)}, 1,
-              rows, cols, static_cast<int>(element), stream));
+              {dst, nullptr, Dense(MatrixOrder::kRowMajor, rows, cols, true)},
+              1, rows, cols, static_cast<int>(element), stream));
           break;
         }
         pack.resize(matrix_bytes);
@@ -129,7 +106,7 @@ absl::Status StageIn(const void* data, const void* const* pointers,
 }
 
 // The reverse of StageIn for C: host or device destinations.
-absl::Status StageOut(const GemmProblem& p, const Classified& c,
+absl::Status StageOut(const GemmProblem& p, const MatrixLayout& c,
                       const char* device, cudaStream_t stream,
                       std::vector<char>& pack) {
   const size_t element = DTypeSize(p.c_dtype);
@@ -139,23 +116,23 @@ absl::Status StageOut(const GemmProblem& p, const Classified& c,
         EntryPointer(p.c.data, const_cast<const void* const*>(p.c.pointers),
                      p.c.strides.batch, b, element));
     const char* src = device + b * matrix_bytes;
-    switch (c.layout) {
-      case Layout::kRowMajor:
+    switch (c.order) {
+      case MatrixOrder::kRowMajor:
         RETURN_IF_ERROR(CudaStatus(
             cudaMemcpy2DAsync(dst, c.ld * element, src, p.n * element,
                               p.n * element, p.m, cudaMemcpyDefault, stream),
             "cudaMemcpy2DAsync(staging out)"));
         break;
-      case Layout::kColMajor:
+      case MatrixOrder::kColMajor:
         RETURN_IF_ERROR(CudaStatus(
             cudaMemcpy2DAsync(dst, c.ld * element, src, p.m * element,
                               p.m * element, p.n, cudaMemcpyDefault, stream),
             "cudaMemcpy2DAsync(staging out)"));
         break;
-      case Layout::kStrided:
+      case MatrixOrder::kStrided:
         if (DeviceAddressable(dst)) {
           RETURN_IF_ERROR(cuda::CopyMatrix(
-              {src, nullptr, Dense(Layout::kRowMajor, p.m, p.n, true)},
+              {src, nullptr, Dense(MatrixOrder::kRowMajor, p.m, p.n, true)},
               {dst, nullptr, {0, p.c.strides.row, p.c.strides.col}}, 1, p.m,
               p.n, static_cast<int>(element), stream));
           break;
@@ -487,9 +464,9 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
   ASSIGN_OR_RETURN(LaneLease lease, AcquireLane());
   Lane& lane = lease.lane();
   cudaStream_t stream = lane.stream.get();
-  const Classified ca = Classify(p.a.strides, p.m, p.k);
-  const Classified cb = Classify(p.b.strides, p.k, p.n);
-  const Classified cc = Classify(p.c.strides, p.m, p.n);
+  const MatrixLayout ca = ClassifyLayout(p.a.strides, p.m, p.k);
+  const MatrixLayout cb = ClassifyLayout(p.b.strides, p.k, p.n);
+  const MatrixLayout cc = ClassifyLayout(p.c.strides, p.m, p.n);
   const bool a_broadcast =
       p.batch > 1 && p.a.pointers == nullptr && p.a.strides.batch == 0;
   const bool b_broadcast =
@@ -504,9 +481,9 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
   // Dense device copies keep a row- or column-major source's layout (a
   // transposed operand stays transposed: the kernels take either); a
   // strided source becomes row-major.
-  auto device_layout = [](const Classified& c) {
-    return c.layout == Layout::kColMajor ? Layout::kColMajor
-                                         : Layout::kRowMajor;
+  auto device_layout = [](const MatrixLayout& c) {
+    return c.order == MatrixOrder::kColMajor ? MatrixOrder::kColMajor
+                                             : MatrixOrder::kRowMajor;
   };
   GemmProblem d = p;
   d.a.pointers = nullptr;
@@ -676,28 +653,29 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(
     const GemmProblem& p, Lane& lane, bool after_lane_work,
     const AfterProduct& then) {
   cudaStream_t stream = lane.stream.get();
-  const Classified ca = Classify(p.a.strides, p.m, p.k);
-  const Classified cb = Classify(p.b.strides, p.k, p.n);
-  const Classified cc = Classify(p.c.strides, p.m, p.n);
+  const MatrixLayout ca = ClassifyLayout(p.a.strides, p.m, p.k);
+  const MatrixLayout cb = ClassifyLayout(p.b.strides, p.k, p.n);
+  const MatrixLayout cc = ClassifyLayout(p.c.strides, p.m, p.n);
   // Pointer arrays pass through only when all three matrices use them and
   // none needs packing (the kernels' pointer-array mode); otherwise such
   // operands are gathered into dense strided batches.
   const bool all_pointers =
       p.a.pointers != nullptr && p.b.pointers != nullptr &&
-      p.c.pointers != nullptr && ca.layout != Layout::kStrided &&
-      cb.layout != Layout::kStrided && cc.layout != Layout::kStrided;
-  const bool gather_a = ca.layout == Layout::kStrided ||
+      p.c.pointers != nullptr && ca.order != MatrixOrder::kStrided &&
+      cb.order != MatrixOrder::kStrided && cc.order != MatrixOrder::kStrided;
+  const bool gather_a = ca.order == MatrixOrder::kStrided ||
                         (p.a.pointers != nullptr && !all_pointers);
-  const bool gather_b = cb.layout == Layout::kStrided ||
+  const bool gather_b = cb.order == MatrixOrder::kStrided ||
                         (p.b.pointers != nullptr && !all_pointers);
-  const bool gather_c = cc.layout == Layout::kStrided ||
+  const bool gather_c = cc.order == MatrixOrder::kStrided ||
                         (p.c.pointers != nullptr && !all_pointers);
 
   GemmProblem d = p;
   StreamBuffer a_tmp, b_tmp, c_tmp;
-  auto prepare_input =
-      [&](const InputMatrix& in, const Classified& c, bool gather, int64_t rows,
-          int64_t cols, InputMatrix& out, StreamBuffer& tmp) -> absl::Status {
+  auto prepare_input = [&](const InputMatrix& in, const MatrixLayout& c,
+                           bool gather, int64_t rows, int64_t cols,
+                           InputMatrix& out,
+                           StreamBuffer& tmp) -> absl::Status {
     const bool broadcast =
         p.batch > 1 && in.pointers == nullptr && in.strides.batch == 0;
     if (!gather) {
@@ -709,7 +687,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(
                      StreamBuffer::Create(entries * rows * cols * 2, stream));
     out.data = tmp.data();
     out.pointers = nullptr;
-    out.strides = Dense(Layout::kRowMajor, rows, cols, broadcast);
+    out.strides = Dense(MatrixOrder::kRowMajor, rows, cols, broadcast);
     return cuda::CopyMatrix({in.data, in.pointers, in.strides},
                             {tmp.data(), nullptr, out.strides}, entries, rows,
                             cols, 2, stream);
@@ -723,7 +701,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnLane(
         c_tmp, StreamBuffer::Create(p.batch * p.m * p.n * c_element, stream));
     d.c.data = c_tmp.data();
     d.c.pointers = nullptr;
-    d.c.strides = Dense(Layout::kRowMajor, p.m, p.n, false);
+    d.c.strides = Dense(MatrixOrder::kRowMajor, p.m, p.n, false);
     if (p.beta != 0.0f) {
       RETURN_IF_ERROR(cuda::CopyMatrix(
           {p.c.data, const_cast<const void* const*>(p.c.pointers), p.c.strides},

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/gemm/matrix_layout.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_ops.h"
@@ -29,12 +30,6 @@ namespace {
 
 constexpr char kCublasLtPrefix[] = "cublaslt_algo";
 constexpr int kCacheFormat = 1;
-
-char LayoutTag(const Strides& s) {
-  if (s.col == 1) return 'N';
-  if (s.row == 1) return 'T';
-  return 'S';
-}
 
 // What a canonical problem's a/b/c.pointers point at to say "pointer-array
 // mode" (the batcher's launches): the arrays themselves are built by
@@ -193,12 +188,12 @@ GemmProblem CanonicalProblem(const GemmProblem& p) {
   c.n = p.n;
   c.k = p.k;
   c.c_dtype = p.c_dtype;
-  if (LayoutTag(p.a.strides) == 'T') {
+  if (LayoutTagA(p) == 'T') {
     c.a.strides = {p.m * p.k, 1, p.m};
   } else {
     c.a.strides = {p.m * p.k, p.k, 1};
   }
-  if (LayoutTag(p.b.strides) == 'T') {
+  if (LayoutTagB(p) == 'T') {
     c.b.strides = {p.k * p.n, 1, p.k};
   } else {
     c.b.strides = {p.k * p.n, p.n, 1};
@@ -217,10 +212,10 @@ GemmProblem CanonicalProblem(const GemmProblem& p) {
 }
 
 std::string GemmSelector::Key(const GemmProblem& p) {
-  std::string key = absl::StrCat(
-      p.m, "x", p.n, "x", p.k, ":", std::string(1, LayoutTag(p.a.strides)),
-      std::string(1, LayoutTag(p.b.strides)), ":", DTypeName(p.c_dtype), ":b",
-      BatchBucket(p.batch));
+  std::string key =
+      absl::StrCat(p.m, "x", p.n, "x", p.k, ":", std::string(1, LayoutTagA(p)),
+                   std::string(1, LayoutTagB(p)), ":", DTypeName(p.c_dtype),
+                   ":b", BatchBucket(p.batch));
   if (Broadcast(p, p.a)) absl::StrAppend(&key, ":bcastA");
   if (Broadcast(p, p.b)) absl::StrAppend(&key, ":bcastB");
   if (PointerArrays(p)) absl::StrAppend(&key, ":ptr");

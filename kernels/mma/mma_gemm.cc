@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/gemm/matrix_layout.h"
 #include "kernels/mma/internal/configs.h"
 #include "kernels/mma/internal/launch.h"
 #include "kernels/mma/internal/params.h"
@@ -96,40 +97,45 @@ int CachedAttribute(int device) {
   return value;
 }
 
-// 'N' (unit column stride), 'T' (unit row stride) or 0 for anything else.
-// A 1-wide operand may have both unit strides; 'N' wins, as in ShapeName.
-char Layout(const Strides& s) {
-  if (s.col == 1) return 'N';
-  if (s.row == 1) return 'T';
-  return 0;
-}
+// An operand's layout by the project's one rule (common/gemm/matrix_layout.h).
+struct OperandLayout {
+  char tag;    // 'N' (row-major), 'T' (column-major) or 0 (strided)
+  int64_t ld;  // its leading dimension
+};
 
-int64_t LeadingDim(const Strides& s, char layout) {
-  return layout == 'N' ? s.row : s.col;
+OperandLayout LayoutOf(const Strides& s, int64_t rows, int64_t cols) {
+  const MatrixLayout layout = ClassifyLayout(s, rows, cols);
+  if (layout.order == MatrixOrder::kStrided) return {0, 0};
+  return {LayoutTag(layout.order), layout.ld};
+}
+OperandLayout LayoutA(const GemmProblem& p) {
+  return LayoutOf(p.a.strides, p.m, p.k);
+}
+OperandLayout LayoutB(const GemmProblem& p) {
+  return LayoutOf(p.b.strides, p.k, p.n);
 }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 absl::Status CheckOperand(const char* name, const InputMatrix& x,
-                          int64_t batch) {
+                          OperandLayout layout, int64_t batch) {
   if (x.pointers == nullptr && x.data == nullptr) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": null data pointer and no pointer array"));
   }
-  const char layout = Layout(x.strides);
-  if (layout == 0) {
+  if (layout.tag == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         name, ": strides (row ", x.strides.row, ", col ", x.strides.col,
         ") unsupported; expected row == 1 or col == 1 (pack the operand)"));
   }
   // The kernel's full-tile loads address a tile's rows with 32-bit byte
   // offsets (up to 64 rows apart).
-  if (LeadingDim(x.strides, layout) >= (int64_t{1} << 24)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        name, ": leading dimension ", LeadingDim(x.strides, layout),
-        " too large; expected < 2^24 elements"));
+  if (layout.ld >= (int64_t{1} << 24)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, ": leading dimension ", layout.ld,
+                     " too large; expected < 2^24 elements"));
   }
-  if (LeadingDim(x.strides, layout) < 0 ||
+  if (layout.ld < 0 ||
       (x.pointers == nullptr && batch > 1 && x.strides.batch < 0)) {
     return absl::FailedPreconditionError(
         absl::StrCat(name, ": negative strides unsupported"));
@@ -195,10 +201,10 @@ absl::Status CanImplement(const GemmProblem& p, const TileConfig& c,
                      " bytes of shared memory per block; the device allows ",
                      max_shared_bytes));
   }
-  if (auto s = CheckOperand("A", p.a, p.batch); !s.ok()) return s;
-  if (auto s = CheckOperand("B", p.b, p.batch); !s.ok()) return s;
-  const char la = Layout(p.a.strides);
-  const char lb = Layout(p.b.strides);
+  if (auto s = CheckOperand("A", p.a, LayoutA(p), p.batch); !s.ok()) return s;
+  if (auto s = CheckOperand("B", p.b, LayoutB(p), p.batch); !s.ok()) return s;
+  const char la = LayoutA(p).tag;
+  const char lb = LayoutB(p).tag;
   if (LaunchTable(la, lb)[KernelIndex(c)] == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         c.Name(), " has no kernel for ", std::string{la, lb}, " operands: its ",
@@ -229,10 +235,9 @@ bool TakesTmaPath(const GemmProblem& p, const TileConfig& c, int device) {
       p.b.pointers != nullptr || p.c.pointers != nullptr) {
     return false;
   }
-  const char la = Layout(p.a.strides);
-  const char lb = Layout(p.b.strides);
-  if (la == 0 || lb == 0 || LeadingDim(p.a.strides, la) % 8 != 0 ||
-      LeadingDim(p.b.strides, lb) % 8 != 0 ||
+  const char la = LayoutA(p).tag;
+  const char lb = LayoutB(p).tag;
+  if (la == 0 || lb == 0 || LayoutA(p).ld % 8 != 0 || LayoutB(p).ld % 8 != 0 ||
       reinterpret_cast<uintptr_t>(p.a.data) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(p.b.data) % 16 != 0) {
     return false;
@@ -249,8 +254,8 @@ namespace {
 // block per tile.
 absl::Status RunTma(const GemmProblem& p, const TileConfig& c, KernelParams* k,
                     cudaStream_t stream) {
-  const char la = Layout(p.a.strides);
-  const char lb = Layout(p.b.strides);
+  const char la = LayoutA(p).tag;
+  const char lb = LayoutB(p).tag;
   // A "N" is stored as m rows of k; "T" as k rows of m. B "T" is stored as
   // n rows of k; "N" as k rows of n. Boxes cover a block's rows of a
   // K-major operand and block_k rows of an MN-major one.
@@ -287,8 +292,8 @@ absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
   if (auto s = CanImplement(p, c, MaxSharedBytesOptin(device)); !s.ok()) {
     return s;
   }
-  const char la = Layout(p.a.strides);
-  const char lb = Layout(p.b.strides);
+  const char la = LayoutA(p).tag;
+  const char lb = LayoutB(p).tag;
   KernelParams k{};
   k.a = static_cast<const uint16_t*>(p.a.data);
   k.b = static_cast<const uint16_t*>(p.b.data);
@@ -300,8 +305,8 @@ absl::Status Run(const GemmProblem& p, const TileConfig& c, cudaStream_t stream,
   k.a_batch = p.batch > 1 ? p.a.strides.batch : 0;
   k.b_batch = p.batch > 1 ? p.b.strides.batch : 0;
   k.c_batch = p.batch > 1 ? p.c.strides.batch : 0;
-  k.lda = LeadingDim(p.a.strides, la);
-  k.ldb = LeadingDim(p.b.strides, lb);
+  k.lda = LayoutA(p).ld;
+  k.ldb = LayoutB(p).ld;
   k.ldc = p.c.strides.row;
   k.m = static_cast<int>(p.m);
   k.n = static_cast<int>(p.n);
