@@ -13,6 +13,8 @@ packages=(
   libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev curl python3-grpcio python3-protobuf
   prometheus python3-yaml
+  # tools/plot_bench.py (bench charts) and its test.
+  python3-matplotlib
   # tests/fuzz and tests/sanitizers: clang with its sanitizer runtimes and
   # libFuzzer (recommended by clang, so named: we install no recommends).
   clang libclang-rt-14-dev

@@ -2,7 +2,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "client/bench/line_chart.h"
 #include "nlohmann/json.hpp"
 
 namespace matmul::bench {
@@ -94,69 +93,6 @@ std::string ToJson(const BenchRun& run) {
     json["levels"].push_back(std::move(level));
   }
   return json.dump(2) + "\n";
-}
-
-absl::StatusOr<BenchRun> FromJson(const std::string& text) {
-  nlohmann::json json = nlohmann::json::parse(text, nullptr, false);
-  if (json.is_discarded() || !json.is_object()) {
-    return absl::InvalidArgumentError("not a JSON object");
-  }
-  BenchRun run;
-  try {
-    run.label = json.at("label").get<std::string>();
-    run.shape = json.at("shape").get<std::string>();
-    run.mode = json.at("mode").get<std::string>();
-    run.flops_per_request = json.at("flops_per_request").get<double>();
-    for (const nlohmann::json& level : json.at("levels")) {
-      LevelResult l;
-      l.concurrency = level.at("concurrency").get<int>();
-      l.requests = level.at("requests").get<int64_t>();
-      l.errors = level.at("errors").get<int64_t>();
-      l.windows = level.at("windows").get<int>();
-      l.stable = level.at("stable").get<bool>();
-      l.first_error = level.at("first_error").get<std::string>();
-      l.kernel = level.value("kernel", "");
-      for (const Field& f : kFields) {
-        l.*(f.member) = level.at(f.name).get<double>();
-      }
-      run.levels.push_back(std::move(l));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("not a matmul-cli bench result: ", e.what()));
-  }
-  return run;
-}
-
-absl::Status PlotRuns(const std::vector<BenchRun>& runs,
-                      const std::string& path) {
-  constexpr uint32_t kColours[] = {0x1f77b4, 0xd62728, 0x2ca02c,
-                                   0x9467bd, 0xff7f0e, 0x8c564b};
-  ChartSpec spec;
-  spec.title = runs.empty()
-                   ? "matmul-cli bench"
-                   : absl::StrCat("latency vs throughput, ", runs[0].shape,
-                                  " over ", runs[0].mode);
-  spec.x_label = "throughput (requests/s)";
-  spec.y_label = "latency (ms): p99 solid, p50 dashed";
-  spec.log_x = true;
-  spec.log_y = true;
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const uint32_t colour = kColours[i % std::size(kColours)];
-    ChartSeries p99{.label = absl::StrCat(runs[i].label, " p99"),
-                    .rgb = colour};
-    ChartSeries p50{.label = absl::StrCat(runs[i].label, " p50"),
-                    .rgb = colour,
-                    .dashed = true};
-    for (const LevelResult& l : runs[i].levels) {
-      p99.points.push_back({l.requests_per_second, l.latency_p99 * kMs});
-      p99.point_labels.push_back(absl::StrCat("c=", l.concurrency));
-      p50.points.push_back({l.requests_per_second, l.latency_p50 * kMs});
-    }
-    spec.series.push_back(std::move(p99));
-    spec.series.push_back(std::move(p50));
-  }
-  return WritePng(spec, path);
 }
 
 }  // namespace matmul::bench

@@ -41,12 +41,11 @@ expect 2 bench --request_rate=-5
 expect 2 bench --duration=0s
 expect 2 bench --stable_windows=5 --max_windows=3
 expect 2 bench --json --csv
-expect 2 bench --plot_only --plot=/tmp/x.png
 expect 2 bench --mode=rdma
 expect 2 bench --rings=1
 expect 2 bench --rings=1 --mode=shm --stream
 expect 2 bench --rings=-1 --mode=shm
-expect 2 bench --compare=/nonexistent.json --plot_only --plot=/tmp/x.png
+expect 2 bench --plot=/tmp/x.png  # charts: tools/plot_bench.py
 expect 1 info --target="$nobody"
 expect 1 health --target="$nobody"
 expect 2 health --timeout=0s

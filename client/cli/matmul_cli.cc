@@ -122,7 +122,6 @@ Usage:
                   [--mode=inline|shm|ipc|vmm] [--concurrency=1,4,16,64]
                   [--request_rate=R] [--duration=2s | --requests=N]
                   [--json | --csv] [--save=FILE.json] [--label=NAME]
-                  [--plot=FILE.png [--compare=EARLIER.json,...]]
 
 Subcommands:
   info  Prints the daemon's version, backend, devices, limits and dtypes
@@ -146,6 +145,8 @@ Subcommands:
         requests/s, TFLOPS, p50/p90/p95/p99 latency, the mean batch size
         and the server's queue and kernel times. In region modes every
         slot has its own A and C and all share one B (the weights).
+        --save keeps the results as JSON; tools/plot_bench.py draws saved
+        runs as latency/throughput charts.
 
 ADDR is unix:/path/to.sock (default unix:/run/matmul/matmul.sock, the
 daemon's) or host:port.
@@ -157,7 +158,8 @@ Examples:
   matmul-cli run --shape=4096x4096x4096 --transpose_b --iterations=20
   matmul-cli run --shape=4096x4096x4096 --mode=shm --iterations=20
   matmul-cli bench --shape=16x4096x4096 --transpose_b --mode=ipc \
-      --label="batching on" --save=on.json --plot=chart.png
+      --label="batching on" --save=on.json
+  /usr/bin/python3 tools/plot_bench.py off.json on.json -o chart.png
 
 Exit codes: 0 ok, 1 RPC failure, --check mismatch or not serving, 2 usage
 error.)";

@@ -7,7 +7,6 @@
 #include <iostream>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -82,17 +81,11 @@ ABSL_FLAG(absl::Duration, ring_spin, absl::Microseconds(100),
           "answers before it sleeps (a busy core while it polls).");
 ABSL_FLAG(bool, csv, false, "bench: print CSV instead of the table.");
 ABSL_FLAG(std::string, save, "",
-          "bench: also write the results as JSON to this file (for "
-          "--compare).");
-ABSL_FLAG(std::string, compare, "",
-          "bench: comma-separated JSON files of earlier runs (--save) to "
-          "draw beside this one in --plot.");
-ABSL_FLAG(std::string, plot, "",
-          "bench: write a latency/throughput chart (PNG) to this file.");
-ABSL_FLAG(bool, plot_only, false,
-          "bench: send nothing; draw the --compare runs into --plot.");
+          "bench: also write the results as JSON to this file (charts: "
+          "tools/plot_bench.py FILE.json...).");
 ABSL_FLAG(std::string, label, "this run",
-          "bench: the name of this run in the chart and reports, e.g. "
+          "bench: the name of this run in the reports and in "
+          "tools/plot_bench.py's chart, e.g. "
           "\"batching on\".");
 
 namespace matmul::cli {
@@ -113,9 +106,6 @@ struct BenchOptions {
   bool json = false;
   bool csv = false;
   std::string save;
-  std::vector<std::string> compare;
-  std::string plot;
-  bool plot_only = false;
   std::string label;
 };
 
@@ -208,15 +198,6 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
     return absl::InvalidArgumentError("--json and --csv exclude each other");
   }
   o.save = absl::GetFlag(FLAGS_save);
-  for (absl::string_view path : absl::StrSplit(absl::GetFlag(FLAGS_compare),
-                                               ',', absl::SkipWhitespace())) {
-    o.compare.emplace_back(path);
-  }
-  o.plot = absl::GetFlag(FLAGS_plot);
-  o.plot_only = absl::GetFlag(FLAGS_plot_only);
-  if (o.plot_only && (o.plot.empty() || o.compare.empty())) {
-    return absl::InvalidArgumentError("--plot_only needs --plot and --compare");
-  }
   o.label = absl::GetFlag(FLAGS_label);
   return o;
 }
@@ -316,14 +297,6 @@ absl::Status WriteFile(const std::string& path, const std::string& text) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // One line per window on stderr (overwritten in place on a terminal).
 void ShowProgress(int concurrency,
                   const std::vector<bench::WindowStats>& windows) {
@@ -348,26 +321,6 @@ int RunBenchCommand() {
     return kExitUsage;
   }
   const BenchOptions& o = *options;
-  std::vector<bench::BenchRun> earlier;
-  for (const std::string& path : o.compare) {
-    absl::StatusOr<std::string> text = ReadFile(path);
-    absl::StatusOr<bench::BenchRun> run =
-        text.ok() ? bench::FromJson(*text) : text.status();
-    if (!run.ok()) {
-      std::cerr << "matmul-cli: --compare " << path << ": " << run.status()
-                << "\n";
-      return kExitUsage;
-    }
-    earlier.push_back(*std::move(run));
-  }
-  if (o.plot_only) {
-    if (absl::Status plotted = bench::PlotRuns(earlier, o.plot);
-        !plotted.ok()) {
-      std::cerr << "matmul-cli: --plot: " << plotted << "\n";
-      return kExitFailure;
-    }
-    return kExitOk;
-  }
   absl::StatusOr<std::unique_ptr<Client>> client =
       Client::Create(o.target, {.default_timeout = o.timeout});
   if (!client.ok()) {
@@ -436,14 +389,6 @@ int RunBenchCommand() {
     if (absl::Status saved = WriteFile(o.save, bench::ToJson(run));
         !saved.ok()) {
       std::cerr << "matmul-cli: " << saved << "\n";
-      return kExitFailure;
-    }
-  }
-  if (!o.plot.empty()) {
-    earlier.push_back(run);
-    if (absl::Status plotted = bench::PlotRuns(earlier, o.plot);
-        !plotted.ok()) {
-      std::cerr << "matmul-cli: --plot: " << plotted << "\n";
       return kExitFailure;
     }
   }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Two matmul-server builds measured back to back on one GPU machine, so
 # that a change is judged against the same GPU, clocks and host (GPU
-# instances differ by 10-20% between device calls). For each server in
-# SERVERS ("name:path ..."; default: the bundle's alone): issue 4's two
-# small seed shapes through one ring at concurrency 4 with 2 and 4 workers,
-# and issue 5's M=64 (MS) at concurrency 64 over 4 rings, batching off and
+# instances differ between device calls). For each server in SERVERS
+# ("name:path ..."; default: the bundle's alone): the two small seed
+# shapes (5120x512x2048, 5120x2048x2048) through one ring at concurrency 4
+# with 2 and 4 workers, and M=64 (MS) x 4096 x 4096, the batching
+# workload, at concurrency 64 over 4 rings, batching off and
 # on (--max_batch_size=32 --max_queue_delay_us=300). Each measurement runs
 # twice on one daemon and the second run is kept: the first finishes the
 # background tuning of the shapes (and stacked sizes) it meets.

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Issue 5's measurement on the GPU machine: for M in $MS (default 16 32 64
+# The batching measurement on the GPU machine: for M in $MS (default 16 32 64
 # 128) with N = K = 4096, NT, over cuda_ipc regions, the concurrency sweep
 # 1,4,16,64,256 against three daemons: batching off (--max_batch_size=1),
 # on with no delay, and on with --max_batch_size=$DELAY_BATCH (64) and
-# --max_queue_delay_us=$DELAY_US (1000). The issue-5 setting of the README:
+# --max_queue_delay_us=$DELAY_US (1000). A setting with a bounded p99:
 # DELAY_BATCH=32 DELAY_US=300 BENCH_FLAGS=--rings=4.
 # Every client slot has its own A and C and all share B (one layer's
-# weights). Tables, JSON and one PNG chart per M go to $OUT/batching/.
+# weights). Tables and JSON go to $OUT/batching/, and one PNG chart per M
+# (tools/plot_bench.py) where python3 has matplotlib.
 # BENCH_FLAGS adds matmul-cli bench flags (e.g. --stream), DAEMON_FLAGS
 # matmul-server flags for all three, and TAG names the result files apart.
 # Run from the repo root with the bundle unpacked.
@@ -41,10 +42,13 @@ for i in "${!settings[@]}"; do
   done
   stop_cuda_daemon 3 || rc=1
 done
-for m in $MS; do
-  bundle/matmul-cli bench --plot_only --plot="$res/batching_m${m}${TAG}.png" \
-    --compare="$res/m${m}${TAG}_0.json,$res/m${m}${TAG}_1.json,$res/m${m}${TAG}_2.json" ||
-    rc=1
-done
+if python3 -c "import matplotlib" 2>/dev/null; then
+  for m in $MS; do
+    python3 tools/plot_bench.py "$res/m${m}${TAG}"_{0,1,2}.json \
+      -o "$res/batching_m${m}${TAG}.png" || rc=1
+  done
+else
+  echo "no matplotlib here: draw the charts with tools/plot_bench.py"
+fi
 echo "batching_sweep: rc=$rc"
 exit $rc

@@ -1,6 +1,6 @@
 """How much GPU time back-to-back products lose to the CUDA events that
 time each one (the daemon records a start and a stop event around every
-product): torch.matmul (cuBLAS) on issue 4's seed shapes, NT, four
+product): torch.matmul (cuBLAS) on the seed shapes, NT, four
 rotating A/C pairs and one shared B as four clients would have them, run
 N times back to back (a) with one event pair around the whole run, (b)
 with an event pair around each product as well, and (c) with one event

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One concurrency level under several daemon and client settings, one
 # daemon each, to find where throughput goes: each shape of SHAPES (default
-# issue 5's 32x4096x4096 64x4096x4096) at CONCURRENCY (default 64), NT,
+# the batching workload's 32x4096x4096 64x4096x4096) at CONCURRENCY
+# (default 64), NT,
 # over cuda_ipc regions (every client slot its own A and C, one shared B).
 # VARIANTS is a list of "label|matmul-server flags|matmul-cli bench flags"
 # separated by ';' (default: batching off and on over 4 rings). Each measurement runs

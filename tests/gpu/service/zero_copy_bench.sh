@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 4's benchmark on the GPU machine: the seed's four shapes (NT, as
+# The zero-copy benchmark on the GPU machine: the seed's four shapes (NT, as
 # nn.Linear) at concurrency 4 through cuda_ipc regions and inline, against
 # the selector's standalone kernel TFLOPS (matmul-bench on the same GPU);
 # then 256x256x256 at concurrency 1 over the unix socket for the service's

@@ -1,4 +1,4 @@
-"""Issue 4's table from zero_copy_bench.sh's results folder: per seed shape,
+"""The zero-copy table from zero_copy_bench.sh's results folder: per seed shape,
 the standalone pick (matmul-bench's interleaved timing, and back to back
 for seconds over four clients' A and C, without and with an event after
 each product) beside every service run found (*_ipc*.json, concurrency 4),

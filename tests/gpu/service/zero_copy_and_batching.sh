@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# Everything issues 4 and 5 report, by PHASES (default "tests issue4
-# issue5"; "tests issue4" and "issue5" each fit one device call):
-#   tests   the CUDA GPU tests (regions_process_test starts binaries from
-#           the build tree: CI runs it) and the regions steps (two C++
-#           processes, the Python client);
-#   issue4  the seed shapes through a ring against the standalone pick
-#           (interleaved and sustained, with GPU clocks), ROUNDS times
-#           (default 1), each round measuring both anew (ISSUE4_PARTS:
-#           zero_copy_bench.sh's parts, default "standalone ring");
-#   issue5  the concurrency sweep (M = 16..128, batching off, on, on with a
-#           batch of 32 and a 500 us delay) with 2 workers over 8 rings,
-#           then the concurrency-64 point with the default 4 workers;
-#   kernels issue 3's kernel_clocks.sh (Spark path and cuBLASLt against
-#           their instructions' peaks, clock for clock).
+# The zero-copy and batching measurements of the service, with the GPU
+# tests of the region paths first, by PHASES (default "tests zero_copy
+# batching"; "tests zero_copy" and "batching" each fit one device call):
+#   tests      the CUDA GPU tests (regions_process_test starts binaries
+#              from the build tree: CI runs it) and the regions steps (two
+#              C++ processes, the Python client);
+#   zero_copy  the seed shapes through a request ring against the
+#              standalone pick (interleaved and sustained, with GPU
+#              clocks), ROUNDS times (default 1), each round measuring both
+#              anew (ZERO_COPY_PARTS: zero_copy_bench.sh's parts, default
+#              "standalone ring");
+#   batching   the concurrency sweep (M = 16..128, batching off, on, on
+#              with a batch of 32 and a 500 us delay) with 2 workers over 8
+#              rings, then the concurrency-64 point with the default 4
+#              workers;
+#   kernels    tests/gpu/kernel_clocks.sh (the Spark path and cuBLASLt
+#              against their instructions' peaks, clock for clock).
 # Logs and JSON are packed into $OUT/results.tgz; the tables are printed.
-# Run from the repo root with the bundle unpacked.
+# Usage, from the repo root with the bundle unpacked:
+#   PHASES="tests zero_copy" bash tests/gpu/service/zero_copy_and_batching.sh
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT/logs"
-PHASES=${PHASES:-tests issue4 issue5}
+PHASES=${PHASES:-tests zero_copy batching}
 rc=0
 has() { [[ " $PHASES " == *" $1 "* ]]; }
 if has tests; then
@@ -35,10 +39,10 @@ for step in daemon_e2e cli_regions python_regions; do
   echo "$step: rc=$step_rc"
 done
 fi
-if has issue4; then
+if has zero_copy; then
 for round in $(seq "${ROUNDS:-1}"); do
-  echo "issue 4, round $round"
-  OUT=$OUT/round$round PARTS=${ISSUE4_PARTS:-standalone ring} \
+  echo "zero copy, round $round"
+  OUT=$OUT/round$round PARTS=${ZERO_COPY_PARTS:-standalone ring} \
     bash tests/gpu/service/zero_copy_bench.sh \
     >"$OUT/logs/zero_copy_$round.log" 2>&1 || rc=1
   sed -n '/^TFLOP\/s; service/,$p' "$OUT/logs/zero_copy_$round.log"
@@ -49,7 +53,7 @@ if has kernels; then
 bash tests/gpu/kernel_clocks.sh >"$OUT/logs/kernel_clocks.log" 2>&1 || rc=1
 sed -n '/^mma.sync probe/,$p' "$OUT/logs/kernel_clocks.log"
 fi
-if has issue5; then
+if has batching; then
 DELAY_US=500 DELAY_BATCH=32 BENCH_FLAGS=--rings=8 \
   DAEMON_FLAGS=--worker_threads=2 TAG=_w2 \
   bash tests/gpu/service/batching_sweep.sh >"$OUT/logs/sweep.log" 2>&1 ||
@@ -60,5 +64,5 @@ SHAPES="16x4096x4096 32x4096x4096 64x4096x4096 128x4096x4096" TAG=w4_ \
   rc=1
 fi
 (cd "$OUT" && tar czf results.tgz ./*/ && rm -rf ./*/)
-echo "issues_4_5: rc=$rc"
+echo "zero_copy_and_batching: rc=$rc"
 exit $rc

@@ -1,0 +1,513 @@
+#!/usr/bin/python3
+"""Regenerates docs/benchmarks.md from the results of one run kept in
+docs/bench/ (tests/gpu/benchmarks.sh produces them on the GPU machine):
+
+  run_info.json       the commit measured, the GPU, the date, the commands
+  matmul_bench.json   matmul-bench --json: the kernel table and the
+                      sustained runs
+  service_*.json      matmul-cli bench --save: one table per file, in file
+                      name order
+  *.png               charts drawn from those files (tools/plot_bench.py),
+                      shown under the service tables
+  dashboard_vs_bench.txt
+                      tests/gpu/steps/dashboard_vs_bench.sh's check, and
+                      docs/dashboard/*.png (tools/dashboard/pictures.sh)
+
+Every figure on the page comes from these files; the prose around them
+only says how each figure is measured. A part whose files are absent says
+so on the page (and on stderr).
+
+Usage:
+  python3 tools/benchmarks_page.py            # writes docs/benchmarks.md
+  python3 tools/benchmarks_page.py --check    # exit 1 if the page is stale
+  python3 tools/benchmarks_page.py --bench-dir DIR --output PAGE.md
+
+Exit status: 0 written (or current), 1 an input is not what its writer
+writes (the message names the file and the field) or --check found the
+page out of date. Python's standard library only.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+INTRO = """\
+The kernel and service figures on this page come from one run of
+`tests/gpu/benchmarks.sh` on one NVIDIA H200 (sm_90a, 132 SMs) lent through
+the project's device tool; the dashboard check at the end is a step of its
+own on the same kind of machine. No GB10 (DGX Spark) has been available to this project, so no figure
+here is a Spark figure: the "fits the GB10" columns name the project's own
+kernels that would fit a GB10's 99 KiB of shared memory per block, timed
+on the H200.
+
+Every kernel comparison is against cuBLASLt in the same process on the same
+data: the top-k algorithms of cuBLASLt's heuristic are each timed with a
+32 MiB workspace and the fastest is kept. Kernel times are medians of many
+runs after a warm-up, measured with CUDA events; the inputs are random
+non-zero BF16, rotated when they fit in L2. GPU instances differ between
+device sessions, so only figures from one run are set side by side. The
+kernels' design is in [kernels/mma/README.md](../kernels/mma/README.md),
+the selector and cuBLASLt in [kernels/cuda/README.md](../kernels/cuda/README.md).
+"""
+
+KERNELS_METHOD = """\
+`matmul-bench` tunes each shape and layout as the daemon's selector does
+(every own kernel configuration and cuBLASLt's candidates), then re-times
+three kernels interleaved, so that their ratios compare like with like: the
+selector's pick (what the daemon runs), the best cuBLASLt candidate, and
+the best own kernel that fits the GB10's shared memory. Layout N is
+row-major, T transposed; NT is PyTorch's `nn.Linear`. These are burst
+figures: each kernel runs for tens of milliseconds between other
+candidates.
+"""
+
+SUSTAINED_METHOD = """\
+Each kernel below ran back to back for {seconds} after as long a warm-up,
+over {sets} rotating A and C buffers and one shared B, as a daemon serving
+that many clients runs it; the kernels ran one after the other on the same
+operands. This is the standalone figure a service run compares with: under
+sustained load an H200 runs at its power cap, at a lower SM clock than in
+the table's bursts. Besides back to back (and its ratio to the table's
+figure and to cuBLASLt's back to back): with a timing event recorded after
+each product (as the daemon times its launches), with a timing-disabled
+event after each, and round robin over several streams with an event pair
+around each product, each as a ratio to back to back.
+"""
+
+SERVICE_METHOD = """\
+`matmul-cli bench` against `matmul-server --backend=cuda` on the same
+machine (client and daemon share its host cores), B transposed
+(`nn.Linear`), operands in CUDA IPC regions: every client slot has its own
+A and C and all share one B, as clients calling one layer do. Requests go
+over unary gRPC, or through shared-memory request rings where the mode
+says `rings`. The daemon starts on matmul-bench's tuning cache, so it runs
+the kernels timed above. For each concurrency level the client keeps that
+many requests in flight and measures in windows until the last three agree
+within 10% on throughput and p50 latency; the statistics cover those
+windows. Latency is the client's, from sending to the answer; batch is the
+mean number of requests per launch; kernel is the server's median kernel
+time; e2e - kernel is the end-to-end latency minus that kernel time, what
+the service itself costs. By Little's law the mean latency at concurrency
+c is c / throughput, so batching (requests of one shape, layout and
+operand placement that wait together run as one launch) is what lets
+throughput grow with concurrency at a bounded latency. Abseil as Debian
+builds it has the mutex deadlock detector on; matmul-server and matmul-cli
+turn it off at start-up.
+"""
+
+DASHBOARD_METHOD = """\
+`tests/gpu/steps/dashboard_vs_bench.sh`: matmul-bench runs 5120x11008x2048
+NT back to back for 20 s and stores its pick; a daemon started on that
+tuning cache (batching off, so every launch is one such product) serves
+`matmul-cli bench --mode=ipc --concurrency=8` for 60 s while a real
+Prometheus scrapes it every second; the dashboard's "Kernel TFLOPS by
+shape" expression, evaluated through Prometheus's query API over the
+steady part of the load, is compared with the bench's sustained figure
+(the check passes within 5%). A 30 s mixed load follows (several shapes
+inline, through shm and CUDA IPC, and a shape over `--max_dimension`,
+rejected) for the other panels. The panels are drawn by
+`tools/dashboard/render_panels.py` from the dashboard's own PromQL (no
+Grafana runs here), and Prometheus's own graph page by
+`tools/dashboard/pictures.sh`.
+"""
+
+
+class BadInput(Exception):
+    """An input that is not what its writer writes."""
+
+
+def load_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except OSError as e:
+        raise BadInput(f"{path}: cannot read: {e.strerror}") from e
+    except json.JSONDecodeError as e:
+        raise BadInput(f"{path}: not JSON: {e}") from e
+
+
+def field(obj, key, kind, where):
+    """obj[key], checked to be of `kind` (numbers: int or float, no bool)."""
+    if not isinstance(obj, dict) or key not in obj:
+        raise BadInput(f"{where}: no \"{key}\"")
+    value = obj[key]
+    if kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        raise BadInput(f"{where}: \"{key}\" is not a {kind.__name__}")
+    return value
+
+
+def cell(text):
+    return str(text).replace("|", "\\|")
+
+
+def tflops(x):
+    if x <= 0:
+        return "-"
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}" if x >= 1 else f"{x:.3f}"
+
+
+def ratio(x, y):
+    return f"{x / y:.2f}" if x > 0 and y > 0 else "-"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+# --- matmul-bench ---------------------------------------------------------
+
+def check_kernel_entry(entry, where):
+    for key in ("shape", "layout"):
+        field(entry, key, str, where)
+    for key in ("pick", "cublaslt_best", "spark_best"):
+        field(entry, key, dict, where)
+        field(entry[key], "kernel", str, f"{where} {key}")
+        field(entry[key], "tflops", float, f"{where} {key}")
+    for i, s in enumerate(entry.get("sustained") or []):
+        w = f"{where} sustained[{i}]"
+        for key in ("which", "kernel"):
+            field(s, key, str, w)
+        for key in ("operand_sets", "back_to_back_tflops",
+                    "event_after_each_tflops",
+                    "plain_event_after_each_tflops", "streams_tflops"):
+            field(s, key, float, w)
+    field(entry, "candidates", list, where)
+
+
+def load_kernels(path):
+    bench = load_json(path)
+    runs = field(bench, "runs", list, path)
+    if not runs or not all(isinstance(r, list) and r for r in runs):
+        raise BadInput(f"{path}: \"runs\" is not a list of non-empty runs")
+    for r, run in enumerate(runs):
+        for i, entry in enumerate(run):
+            check_kernel_entry(entry, f"{path}: runs[{r}][{i}]")
+    return bench
+
+
+def kernel_section(bench, name):
+    runs = bench["runs"]
+    last = runs[-1]
+    out = [KERNELS_METHOD]
+    env = bench.get("environment")
+    if env:
+        out.append(f"`{name}`; matmul-bench saw: {env}"
+                   + (f", shared memory limit {bench['max_shared_bytes']} B"
+                      if "max_shared_bytes" in bench else "")
+                   + (f"; the table is the last of {len(runs)} runs"
+                      if len(runs) > 1 else "") + ".\n")
+    rows = []
+    for e in last:
+        lt = e["cublaslt_best"]["tflops"]
+        pick, spark = e["pick"], e["spark_best"]
+        rows.append([e["shape"], e["layout"], f"`{pick['kernel']}`",
+                     tflops(pick["tflops"]),
+                     f"`{e['cublaslt_best']['kernel']}`" if lt > 0 else "-",
+                     tflops(lt), ratio(pick["tflops"], lt),
+                     f"`{spark['kernel']}`" if spark["kernel"] else "-",
+                     tflops(spark["tflops"]), ratio(spark["tflops"], lt)])
+    out.append("TFLOPS:\n")
+    out.append(table(["shape", "layout", "pick", "TFLOPS", "cuBLASLt best",
+                      "TFLOPS", "pick / cuBLASLt",
+                      "best own kernel that fits the GB10", "TFLOPS",
+                      "/ cuBLASLt"], rows))
+    if len(runs) > 1:
+        out.append(f"\nThe ratios over all {len(runs)} runs, median "
+                   "[min, max]:\n")
+        rows = []
+        for i, e in enumerate(last):
+            def spread(key):
+                values = sorted(
+                    run[i][key]["tflops"] / run[i]["cublaslt_best"]["tflops"]
+                    for run in runs if i < len(run)
+                    and run[i]["cublaslt_best"]["tflops"] > 0
+                    and run[i][key]["tflops"] > 0)
+                if not values:
+                    return "-"
+                return (f"{values[len(values) // 2]:.3f} "
+                        f"[{values[0]:.3f}, {values[-1]:.3f}]")
+            rows.append([e["shape"], e["layout"], spread("pick"),
+                         spread("spark_best")])
+        out.append(table(["shape", "layout", "pick / cuBLASLt",
+                          "GB10-fitting / cuBLASLt"], rows))
+    return "\n".join(out)
+
+
+def sustained_section(bench, seconds):
+    last = bench["runs"][-1]
+    if not any(e.get("sustained") for e in last):
+        return None
+    sets = next(s["operand_sets"] for e in last for s in e.get("sustained")
+                or [])
+    out = [SUSTAINED_METHOD.format(
+        seconds=f"{seconds} s per phase" if seconds else "some seconds",
+        sets=sets)]
+    rows = []
+    for e in last:
+        sustained = e.get("sustained") or []
+        lt_b2b = next((s["back_to_back_tflops"] for s in sustained
+                       if s["which"] == "cublaslt"), 0)
+        table_figure = {"pick": e["pick"]["tflops"],
+                        "spark": e["spark_best"]["tflops"],
+                        "cublaslt": e["cublaslt_best"]["tflops"]}
+        for s in sustained:
+            b2b = s["back_to_back_tflops"]
+            figure = table_figure.get(s["which"])
+            if figure is None:  # an own config named by --sustained_kernels
+                figure = next((c.get("tflops", 0) for c in e["candidates"]
+                               if c.get("kernel") == s["kernel"]), 0)
+
+            def of_b2b(x):
+                return f"{tflops(x)} ({ratio(x, b2b)})"
+            rows.append([e["shape"], e["layout"], s["which"],
+                         f"`{s['kernel']}`", tflops(figure),
+                         f"{tflops(b2b)} ({ratio(b2b, figure)})",
+                         ratio(b2b, lt_b2b),
+                         of_b2b(s["event_after_each_tflops"]),
+                         of_b2b(s["plain_event_after_each_tflops"]),
+                         of_b2b(s["streams_tflops"])])
+    out.append("TFLOPS:\n")
+    out.append(table(["shape", "layout", "which", "kernel", "table",
+                      "back to back (/ table)", "/ cuBLASLt back to back",
+                      "timing event after each", "plain event after each",
+                      "streams"], rows))
+    return "\n".join(out)
+
+
+# --- matmul-cli bench -----------------------------------------------------
+
+LEVEL_FIELDS = ("requests_per_second", "tflops", "latency_p50_s",
+                "latency_p99_s", "mean_batch_size", "server_kernel_p50_s",
+                "overhead_p50_s", "overhead_p99_s")
+
+
+def load_service(path):
+    run = load_json(path)
+    if not isinstance(run, dict):
+        raise BadInput(f"{path}: not a JSON object")
+    for key in ("label", "shape", "mode"):
+        field(run, key, str, path)
+    levels = field(run, "levels", list, path)
+    if not levels:
+        raise BadInput(f"{path}: \"levels\" is empty")
+    for i, level in enumerate(levels):
+        where = f"{path}: levels[{i}]"
+        field(level, "concurrency", int, where)
+        for key in LEVEL_FIELDS:
+            field(level, key, float, where)
+    return run
+
+
+def service_table(run, name):
+    rows, notes = [], []
+    for lv in run["levels"]:
+        rows.append([
+            lv["concurrency"], f"{lv['requests_per_second']:,.0f}",
+            tflops(lv["tflops"]), f"{lv['latency_p50_s'] * 1e3:.3f}",
+            f"{lv['latency_p99_s'] * 1e3:.3f}",
+            f"{lv['mean_batch_size']:.1f}",
+            f"{lv['server_kernel_p50_s'] * 1e6:.1f}",
+            f"{lv['overhead_p50_s'] * 1e6:.1f} / "
+            f"{lv['overhead_p99_s'] * 1e6:.1f}",
+            f"`{lv['kernel']}`" if lv.get("kernel") else "-"])
+        if lv.get("stable") is False:
+            notes.append(f"concurrency {lv['concurrency']}: not stable after "
+                         f"{lv.get('windows', '?')} windows")
+        if lv.get("errors"):
+            notes.append(f"concurrency {lv['concurrency']}: {lv['errors']} "
+                         f"errors, first: {lv.get('first_error', '')}")
+    out = [f"### {run['label']}: {run['shape']}, {run['mode']}\n",
+           f"From `{name}`.\n",
+           table(["concurrency", "req/s", "TFLOPS", "p50 ms", "p99 ms",
+                  "batch", "kernel p50 us", "e2e - kernel p50 / p99 us",
+                  "kernel"], rows)]
+    if notes:
+        out.append("".join(f"- {n}\n" for n in notes))
+    return "\n".join(out)
+
+
+# --- the page -------------------------------------------------------------
+
+def warn(text):
+    print(f"benchmarks_page: {text}", file=sys.stderr)
+
+
+def build_page(bench_dir, dashboard_dir, page_dir):
+    """The page's text, and the files it was made from."""
+    def rel(path):
+        return os.path.relpath(path, page_dir)
+
+    used = []
+    info_path = os.path.join(bench_dir, "run_info.json")
+    info = {}
+    if os.path.exists(info_path):
+        info = load_json(info_path)
+        if not isinstance(info, dict):
+            raise BadInput(f"{info_path}: not a JSON object")
+        used.append(info_path)
+    else:
+        warn(f"no {info_path}: the commit measured is not recorded")
+
+    kernels_path = os.path.join(bench_dir, "matmul_bench.json")
+    bench = load_kernels(kernels_path) if os.path.exists(kernels_path) \
+        else None
+    if bench is not None:
+        used.append(kernels_path)
+    else:
+        warn(f"no {kernels_path}: no kernel table")
+
+    service_paths = sorted(glob.glob(os.path.join(bench_dir,
+                                                  "service_*.json")))
+    services = [(p, load_service(p)) for p in service_paths]
+    used += service_paths
+    if not services:
+        warn(f"no {bench_dir}/service_*.json: no service tables")
+    charts = sorted(glob.glob(os.path.join(bench_dir, "*.png")))
+    used += charts
+    check_path = os.path.join(bench_dir, "dashboard_vs_bench.txt")
+    check = None
+    if os.path.exists(check_path):
+        with open(check_path, encoding="utf-8") as f:
+            check = f.read()
+        used.append(check_path)
+    pictures = sorted(glob.glob(os.path.join(dashboard_dir, "*.png")))
+    used += pictures
+
+    known = set(used) | {kernels_path, info_path, check_path,
+                         os.path.join(bench_dir, "README.md")}
+    for path in sorted(glob.glob(os.path.join(bench_dir, "*"))):
+        if path not in known:
+            warn(f"{path} is not part of the page (left over from another "
+                 "run?)")
+
+    page = ["# Benchmarks\n",
+            "<!-- Generated by tools/benchmarks_page.py from "
+            f"{rel(bench_dir)}/; edit the generator, not this page. -->\n",
+            INTRO]
+    source = [f"Generated by `tools/benchmarks_page.py` from "
+              f"`{rel(bench_dir)}/`"]
+    commit = info.get("commit")
+    source.append(f"; measured at commit `{commit}`" if commit else
+                  "; the commit measured is not recorded")
+    if info.get("date"):
+        source.append(f" on {info['date']}")
+    if info.get("gpu"):
+        source.append(f" (GPU: {info['gpu']}"
+                      + (f", {info['host_cpus']} host CPUs"
+                         if info.get("host_cpus") else "") + ")")
+    source.append(". Files: " + ", ".join(
+        f"[`{os.path.basename(p)}`]({rel(p)})" for p in used) + ".\n"
+        if used else ". No result files were found.\n")
+    page.append("".join(source))
+    if info.get("commands"):
+        page.append("The commands that produced them:\n\n```\n"
+                    + "\n".join(info["commands"]) + "\n```\n")
+
+    page.append("## Kernels\n")
+    if bench is not None:
+        page.append(kernel_section(bench, os.path.basename(kernels_path)))
+        seconds = None
+        for c in info.get("commands", []):
+            for word in c.split():
+                if word.startswith("--sustained_s="):
+                    seconds = word.split("=", 1)[1]
+        sustained = sustained_section(bench, seconds)
+        if sustained:
+            page.append("## Sustained runs\n")
+            page.append(sustained)
+    else:
+        page.append("Not measured in this run (no `matmul_bench.json`).\n")
+
+    page.append("## The service under load\n")
+    page.append(SERVICE_METHOD)
+    if services:
+        for path, run in services:
+            page.append(service_table(run, os.path.basename(path)))
+        for chart in charts:
+            page.append(f"![{os.path.basename(chart)}]({rel(chart)})\n")
+    else:
+        page.append("Not measured in this run (no `service_*.json`).\n")
+
+    page.append("## The dashboard against matmul-bench\n")
+    page.append(DASHBOARD_METHOD)
+    if check is not None:
+        page.append(f"From `{os.path.basename(check_path)}`:\n")
+        page.append(check_text(check))
+    else:
+        page.append("The check's result is not part of this run (no "
+                    "`dashboard_vs_bench.txt`).\n")
+    for picture in pictures:
+        page.append(f"![{os.path.splitext(os.path.basename(picture))[0]}]"
+                    f"({rel(picture)})\n")
+    return "\n".join(page), used
+
+
+def check_text(text):
+    """dashboard_vs_bench.txt as markdown: its table rows together, every
+    other line a paragraph of its own."""
+    blocks, rows = [], []
+    for line in text.splitlines():
+        if line.startswith("|"):
+            rows.append(line)
+            continue
+        if rows:
+            blocks.append("\n".join(rows))
+            rows = []
+        if line.strip():
+            blocks.append(line.strip())
+    if rows:
+        blocks.append("\n".join(rows))
+    return "\n\n".join(blocks) + "\n"
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(
+        description="Regenerates docs/benchmarks.md from one run's JSON in "
+        "docs/bench/ (tests/gpu/benchmarks.sh).")
+    parser.add_argument("--bench-dir", default=os.path.join(REPO, "docs",
+                                                            "bench"))
+    parser.add_argument("--dashboard-dir",
+                        default=os.path.join(REPO, "docs", "dashboard"))
+    parser.add_argument("-o", "--output",
+                        default=os.path.join(REPO, "docs", "benchmarks.md"))
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if the page differs "
+                        "from what the files give")
+    args = parser.parse_args(argv)
+    output = os.path.abspath(args.output)
+    try:
+        page, _ = build_page(os.path.abspath(args.bench_dir),
+                             os.path.abspath(args.dashboard_dir),
+                             os.path.dirname(output))
+    except BadInput as e:
+        print(f"benchmarks_page: {e}", file=sys.stderr)
+        return 1
+    if args.check:
+        try:
+            with open(output, encoding="utf-8") as f:
+                current = f.read()
+        except OSError:
+            current = None
+        if current != page:
+            print(f"benchmarks_page: {output} is not what "
+                  f"{args.bench_dir} gives; run tools/benchmarks_page.py",
+                  file=sys.stderr)
+            return 1
+        return 0
+    with open(output, "w", encoding="utf-8") as f:
+        f.write(page)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
