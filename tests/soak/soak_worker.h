@@ -1,6 +1,8 @@
 // One soak client: a thread's own channel, session, shm region and request
-// ring, and one method per scenario. Each step draws a scenario from the
-// enabled mix, runs it, and tallies every call's outcome; products answered
+// ring, and one method per scenario (checked products in soak_worker.cc,
+// refused and abandoned calls in soak_refusals.cc, things taken away from
+// products in flight in soak_disruptions.cc). Each step draws a scenario from
+// the enabled mix, runs it, and tallies every call's outcome; products answered
 // OK are checked against the FP64 reference.
 #ifndef MATMUL_TESTS_SOAK_SOAK_WORKER_H_
 #define MATMUL_TESTS_SOAK_SOAK_WORKER_H_
@@ -128,6 +130,10 @@ class SoakWorker {
   void Oversized();
   void Cancel();
   void Deadline();
+  // A fresh shm region with products in flight on it (soak_disruptions.cc);
+  // null (tallied under `scenario`) when it could not be set up.
+  struct RacedRegion;
+  std::unique_ptr<RacedRegion> StartRace(const char* scenario);
   void Unregister();
   void Truncate();
   // A holder that truncates its own ring's segment (part of truncate).
