@@ -40,7 +40,7 @@ struct TileShape {
   // of addresses and counters exceed that budget (96x64 warps: 192
   // accumulators; 64x64 warps at 3 blocks per SM: 170 registers) refill one
   // set in place, each fragment right after its last MMA of the step (see
-  // Gemm::InPlaceLoop).
+  // WarpTile::InPlaceTile).
   static constexpr bool kInPlaceFrags =
       kMI * kNJ * 4 + 2 * (kMI * 4 + kNJ * 2) + 48 > kRegBudget;
   static_assert(!kInPlaceFrags || (kMI % 2 == 0 && kKSteps % 2 == 0),
