@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/mma/internal/mma_kernel.cuh"
+#include "kernels/mma/internal/ptx.cuh"
 #include "kernels/mma/mma_peak.h"
 
 namespace matmul::mma {

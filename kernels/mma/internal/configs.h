@@ -10,7 +10,7 @@
 // is 101,376 per block (the first entry does not fit: it is the seed's
 // 144 KiB config, kept for parts with more shared memory). The 192x128
 // entries have 96x64 warp tiles, which run the in-place fragment main loop
-// (Gemm::InPlaceLoop). 160x64 (80x32 warp tiles) splits 5120x512 into 256
+// (WarpTile::InPlaceTile). 160x64 (80x32 warp tiles) splits 5120x512 into 256
 // tiles, two per SM on 132 SMs where 128x64's 320 leave some SMs three and
 // others two; its 160-element rows exist only K-major, so it has kernels for
 // the NN and NT layouts alone (kHasCpAsyncKernel).

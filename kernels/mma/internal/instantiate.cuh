@@ -4,8 +4,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "kernels/mma/internal/kernels.cuh"
 #include "kernels/mma/internal/launch.h"
-#include "kernels/mma/internal/mma_kernel.cuh"
 
 namespace matmul::mma::internal {
 namespace {

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# A/B of two mma_bench builds in one device call (same GPU, same clocks
+# A/B of two mma_bench builds in one GPU-machine call (same GPU, same clock
 # regime): runs BEFORE and AFTER alternately ROUNDS times (default 2) on the
 # seed shapes, then prints, per shape/layout and config, the mean TFLOP/s
-# of each and after/before. Extra args go to both mma_bench runs.
-#   compare_h200.sh BEFORE_MMA_BENCH AFTER_MMA_BENCH [mma_bench args...]
-# Logs under $OUT/compare/.
-set -uo pipefail
-if [ $# -lt 2 ]; then
-  echo "usage: compare_h200.sh BEFORE_MMA_BENCH AFTER_MMA_BENCH [args...]" >&2
+# of each and after/before. Extra arguments go to both mma_bench runs.
+#
+# Usage (from the repo root on the GPU machine, with both binaries and
+# their libraries there, e.g. two unpacked tests/gpu/bundle.sh bundles):
+#   tests/gpu/mma/bench_ab.sh BEFORE_MMA_BENCH AFTER_MMA_BENCH [mma_bench args...]
+# Env: ROUNDS (2), OUT (/tmp/out); logs go under $OUT/compare/.
+set -euo pipefail
+if [[ $# -lt 2 || "$1" == "--help" || "$1" == "-h" ]]; then
+  sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+  [[ $# -ge 1 && ( "$1" == "--help" || "$1" == "-h" ) ]] && exit 0
   exit 2
 fi
 before=$1 after=$2
