@@ -215,6 +215,15 @@ main() {
   if ((!skip_install)); then
     install_host_tools
   fi
+  local tool
+  for tool in cmake ninja pkg-config protoc grpc_cpp_plugin \
+    aarch64-linux-gnu-g++ qemu-aarch64; do
+    command -v "${tool}" >/dev/null || {
+      echo "${tool} is missing: deploy/install_deps.sh installs the main" \
+        "build's tools; this script the cross toolchain and qemu-user" >&2
+      exit 1
+    }
+  done
   if [[ ! -e "${sysroot}/.complete" ]]; then
     if ((skip_install)); then
       echo "no sysroot in ${sysroot}: run without --skip-install" >&2
@@ -238,13 +247,15 @@ main() {
   log "build (-j${jobs})"
   cmake --build "${build_dir}" -j "${jobs}"
   local built_seconds=$((SECONDS - start_seconds))
-  local arch
-  arch="$(file -b "${build_dir}/server/matmul-server")"
-  log "matmul-server: ${arch}"
-  [[ "${arch}" == *"ARM aarch64"* ]] || {
-    echo "matmul-server is not an arm64 program" >&2
+  # e_machine, the ELF header's bytes 18-19: 0xb7 0x00 is EM_AARCH64.
+  local machine
+  machine="$(od -An -t x1 -j 18 -N 2 "${build_dir}/server/matmul-server" |
+    tr -d ' \n')"
+  [[ "${machine}" == "b700" ]] || {
+    echo "matmul-server is not an arm64 program (e_machine ${machine})" >&2
     exit 1
   }
+  log "matmul-server is an arm64 (EM_AARCH64) program"
 
   ensure_binfmt
   export QEMU_LD_PREFIX="${sysroot}"
