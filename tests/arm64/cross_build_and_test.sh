@@ -72,6 +72,10 @@ log() { echo "== $*"; }
 
 install_host_tools() {
   log "host tools: g++-aarch64-linux-gnu, qemu-user"
+  if dpkg -s g++-aarch64-linux-gnu qemu-user >/dev/null 2>&1; then
+    return 0
+  fi
+  apt-get update -q -o DPkg::Lock::Timeout=900
   # --no-remove: apt fails rather than remove a package the main build needs.
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-remove \
     --no-install-recommends -o DPkg::Lock::Timeout=900 \
@@ -146,14 +150,16 @@ SOURCES
 
 # The handler that lets the kernel run an arm64 ELF file (a test script
 # starting matmul-server, a test forking matmul-cli) through qemu-aarch64;
-# QEMU_LD_PREFIX in the tests' environment names the sysroot. One that the
-# script registers is removed again when it exits.
+# QEMU_LD_PREFIX in the tests' environment names the sysroot. What the
+# script registers (and mounts) is removed again when it exits.
 binfmt_name="matmul-qemu-aarch64"
 binfmt_registered=0
+binfmt_mounted=0
 ensure_binfmt() {
   local binfmt=/proc/sys/fs/binfmt_misc
-  if [[ ! -e "${binfmt}/register" ]]; then
-    mount -t binfmt_misc binfmt_misc "${binfmt}" 2>/dev/null || true
+  if [[ ! -e "${binfmt}/register" ]] &&
+    mount -t binfmt_misc binfmt_misc "${binfmt}" 2>/dev/null; then
+    binfmt_mounted=1
   fi
   if [[ ! -e "${binfmt}/register" ]]; then
     echo "binfmt_misc is not available: the tests that start arm64" \
@@ -176,6 +182,9 @@ ensure_binfmt() {
 remove_binfmt() {
   if ((binfmt_registered)); then
     echo -1 >"/proc/sys/fs/binfmt_misc/${binfmt_name}" || true
+  fi
+  if ((binfmt_mounted)); then
+    umount /proc/sys/fs/binfmt_misc || true
   fi
 }
 trap remove_binfmt EXIT
