@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda_driver_api.h"
 #include "common/status_macros.h"
 
 namespace matmul {
@@ -27,17 +28,43 @@ absl::Status Driver(const CudaDriverApi& api, CUresult result,
       absl::StrCat(what, ": ", api.ErrorText(result)));
 }
 
-}  // namespace
+class CudaDeviceMemory final : public CudaMemory {
+ public:
+  CudaDeviceMemory(Kind kind, int device) : kind_(kind), device_(device) {}
+  ~CudaDeviceMemory() override;
 
-absl::StatusOr<std::unique_ptr<CudaMemory>> CudaMemory::Create(Kind kind,
-                                                               int64_t bytes,
-                                                               int device) {
+  // CudaMemory::Create on a device; see there.
+  static absl::StatusOr<std::unique_ptr<CudaMemory>> Allocate(Kind kind,
+                                                              int64_t bytes,
+                                                              int device);
+
+  void* data() const override { return data_; }
+  int64_t size_bytes() const override { return size_; }
+  v1::RegisterRegionRequest RegisterRequest() const override;
+  absl::Status CopyFromHost(absl::Span<const char> bytes) override;
+  absl::Status CopyToHost(absl::Span<char> bytes) const override;
+
+ private:
+  const Kind kind_;
+  const int device_;
+  void* data_ = nullptr;
+  int64_t size_ = 0;
+  std::string ipc_handle_;  // kIpc only: the cudaIpcMemHandle_t bytes
+  // kVmm only.
+  absl::StatusOr<CudaDriverApi> driver_;
+  CUmemGenericAllocationHandle handle_ = 0;
+  bool mapped_ = false;
+  int fd_ = -1;
+};
+
+absl::StatusOr<std::unique_ptr<CudaMemory>> CudaDeviceMemory::Allocate(
+    Kind kind, int64_t bytes, int device) {
   if (bytes <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("CUDA region size ", bytes, " must be positive"));
   }
   RETURN_IF_ERROR(Cuda(cudaSetDevice(device), "cudaSetDevice"));
-  std::unique_ptr<CudaMemory> memory(new CudaMemory(kind, device));
+  auto memory = std::make_unique<CudaDeviceMemory>(kind, device);
   if (kind == Kind::kIpc) {
     RETURN_IF_ERROR(Cuda(cudaMalloc(&memory->data_, static_cast<size_t>(bytes)),
                          "cudaMalloc"));
@@ -92,7 +119,7 @@ absl::StatusOr<std::unique_ptr<CudaMemory>> CudaMemory::Create(Kind kind,
   return memory;
 }
 
-CudaMemory::~CudaMemory() {
+CudaDeviceMemory::~CudaDeviceMemory() {
   if (kind_ == Kind::kIpc) {
     if (data_ != nullptr) cudaFree(data_);
     return;
@@ -106,7 +133,7 @@ CudaMemory::~CudaMemory() {
   if (handle_ != 0) api.mem_release(handle_);
 }
 
-v1::RegisterRegionRequest CudaMemory::RegisterRequest() const {
+v1::RegisterRegionRequest CudaDeviceMemory::RegisterRequest() const {
   v1::RegisterRegionRequest request;
   const std::string uuid = CudaDeviceUuid(device_);
   if (kind_ == Kind::kIpc) {
@@ -129,7 +156,7 @@ v1::RegisterRegionRequest CudaMemory::RegisterRequest() const {
   return request;
 }
 
-absl::Status CudaMemory::CopyFromHost(absl::Span<const char> bytes) {
+absl::Status CudaDeviceMemory::CopyFromHost(absl::Span<const char> bytes) {
   if (static_cast<int64_t>(bytes.size()) > size_) {
     return absl::InvalidArgumentError("copy larger than the CUDA region");
   }
@@ -138,13 +165,21 @@ absl::Status CudaMemory::CopyFromHost(absl::Span<const char> bytes) {
       "cudaMemcpy to the region");
 }
 
-absl::Status CudaMemory::CopyToHost(absl::Span<char> bytes) const {
+absl::Status CudaDeviceMemory::CopyToHost(absl::Span<char> bytes) const {
   if (static_cast<int64_t>(bytes.size()) > size_) {
     return absl::InvalidArgumentError("copy larger than the CUDA region");
   }
   return Cuda(
       cudaMemcpy(bytes.data(), data_, bytes.size(), cudaMemcpyDeviceToHost),
       "cudaMemcpy from the region");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaMemory>> CudaMemory::Create(Kind kind,
+                                                               int64_t bytes,
+                                                               int device) {
+  return CudaDeviceMemory::Allocate(kind, bytes, device);
 }
 
 }  // namespace matmul

@@ -13,7 +13,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/cuda_driver_api.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {
@@ -23,40 +22,29 @@ class CudaMemory {
   enum class Kind { kIpc, kVmm };
 
   // At least `bytes` on `device` (VMM sizes round up to the allocation
-  // granularity). FAILED_PRECONDITION without a usable GPU. For kVmm this
-  // also lets any process ptrace-attach this one (PR_SET_PTRACER), which
-  // the daemon's pidfd_getfd needs under Yama's ptrace_scope 1.
+  // granularity). FAILED_PRECONDITION without a usable GPU, or in a build
+  // without CUDA (MATMUL_CUDA=OFF links cuda_memory_unavailable.cc). For
+  // kVmm this also lets any process ptrace-attach this one
+  // (PR_SET_PTRACER), which the daemon's pidfd_getfd needs under Yama's
+  // ptrace_scope 1.
   static absl::StatusOr<std::unique_ptr<CudaMemory>> Create(Kind kind,
                                                             int64_t bytes,
                                                             int device = 0);
-  ~CudaMemory();
+  CudaMemory() = default;
+  virtual ~CudaMemory() = default;
 
   CudaMemory(const CudaMemory&) = delete;
   CudaMemory& operator=(const CudaMemory&) = delete;
 
-  void* data() const { return data_; }
-  int64_t size_bytes() const { return size_; }
+  virtual void* data() const = 0;
+  virtual int64_t size_bytes() const = 0;
 
   // The RegisterRegion request for this memory (session_id left empty).
-  v1::RegisterRegionRequest RegisterRequest() const;
+  virtual v1::RegisterRegionRequest RegisterRequest() const = 0;
 
   // Synchronous copies between host bytes and the start of this memory.
-  absl::Status CopyFromHost(absl::Span<const char> bytes);
-  absl::Status CopyToHost(absl::Span<char> bytes) const;
-
- private:
-  CudaMemory(Kind kind, int device) : kind_(kind), device_(device) {}
-
-  const Kind kind_;
-  const int device_;
-  void* data_ = nullptr;
-  int64_t size_ = 0;
-  std::string ipc_handle_;  // kIpc only: the cudaIpcMemHandle_t bytes
-  // kVmm only.
-  absl::StatusOr<CudaDriverApi> driver_;
-  CUmemGenericAllocationHandle handle_ = 0;
-  bool mapped_ = false;
-  int fd_ = -1;
+  virtual absl::Status CopyFromHost(absl::Span<const char> bytes) = 0;
+  virtual absl::Status CopyToHost(absl::Span<char> bytes) const = 0;
 };
 
 }  // namespace matmul

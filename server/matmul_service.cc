@@ -9,7 +9,7 @@
 #include "kernels/gemm_batch.h"
 #include "server/matmul_stream_reactor.h"
 #include "server/refused_reactor.h"
-#include "server/regions/cuda_ipc_region.h"
+#include "server/regions/cuda_region_opener.h"
 #include "server/transport/peer_identity.h"
 
 namespace matmul {

@@ -1,6 +1,5 @@
 #include "server/metrics.h"
 
-#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/cublaslt_gemm.h"
 #include "prometheus/text_serializer.h"
+#include "server/cuda_versions.h"
 
 namespace matmul {
 namespace {
@@ -118,27 +117,14 @@ bool ReadHostMemory(int64_t& used, int64_t& total) {
   return true;
 }
 
-// "13.0" from 13000, "13.1.0" from 130100: CUDA's integer version codes.
-std::string CudaVersionText(int code, bool with_patch) {
-  if (code <= 0) return "none";
-  const int major = with_patch ? code / 10000 : code / 1000;
-  const int minor = with_patch ? code % 10000 / 100 : code % 1000 / 10;
-  return with_patch ? absl::StrCat(major, ".", minor, ".", code % 100)
-                    : absl::StrCat(major, ".", minor);
-}
-
 }  // namespace
 
 BuildInfo CurrentBuildInfo() {
-  // The runtime's version needs no driver: it is known on the CPU too.
-  int runtime = 0;
-  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
-  return {
-      .version = MATMUL_VERSION,
-      .git_commit = MATMUL_GIT_COMMIT,
-      .cuda_runtime = CudaVersionText(runtime, /*with_patch=*/false),
-      .cublas = CudaVersionText(static_cast<int>(cuda::CublasLtGemm::Version()),
-                                /*with_patch=*/true)};
+  CudaVersions cuda = LinkedCudaVersions();
+  return {.version = MATMUL_VERSION,
+          .git_commit = MATMUL_GIT_COMMIT,
+          .cuda_runtime = std::move(cuda.runtime),
+          .cublas = std::move(cuda.cublas)};
 }
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(

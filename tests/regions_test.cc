@@ -20,7 +20,7 @@
 #include "client/shared_memory_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/regions/cuda_vmm_region.h"
+#include "server/regions/cuda_vmm_layout.h"
 #include "tests/test_daemon.h"
 
 namespace matmul {

@@ -14,14 +14,10 @@
 #include "absl/synchronization/mutex.h"
 #include "common/cuda_driver_api.h"
 #include "matmul/v1/matmul.pb.h"
+#include "server/regions/cuda_region_opener.h"
 #include "server/regions/region.h"
 
 namespace matmul {
-
-// Checks that a region meant for (ordinal, uuid) can be used on the
-// daemon's device: the UUID decides when given, else the ordinal.
-absl::Status CheckRegionDevice(int daemon_device, int32_t ordinal,
-                               const std::string& uuid);
 
 class CudaIpcOpener {
  public:

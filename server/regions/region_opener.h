@@ -10,9 +10,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/cuda_driver_api.h"
 #include "matmul/v1/matmul.pb.h"
-#include "server/regions/cuda_ipc_region.h"
+#include "server/regions/cuda_region_opener.h"
 #include "server/regions/region.h"
 #include "server/transport/peer_credentials.h"
 
@@ -42,12 +41,9 @@ class RegionOpener {
  private:
   absl::StatusOr<std::unique_ptr<Region>> OpenShm(const v1::ShmRegion& shm,
                                                   const PeerCredentials& peer);
-  // The driver API, or why CUDA regions cannot be opened here.
-  absl::Status CudaReady() const;
 
   const RegionOpenOptions options_;
-  absl::StatusOr<CudaDriverApi> driver_;
-  std::unique_ptr<CudaIpcOpener> ipc_;
+  const std::unique_ptr<CudaRegionOpener> cuda_;
 };
 
 }  // namespace matmul
