@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/cuda_driver_api.h"
+#include "common/unique_fd.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {
@@ -56,7 +57,7 @@ class CudaMemory {
   absl::StatusOr<CudaDriverApi> driver_;
   CUmemGenericAllocationHandle handle_ = 0;
   bool mapped_ = false;
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 }  // namespace matmul

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
 #include "server/regions/cuda_ipc_region.h"
@@ -232,13 +233,17 @@ absl::StatusOr<CudaVmmLayout> ParseCudaVmmRegion(const v1::CudaVmmRegion& vmm) {
     layout.chunk_bytes = vmm.chunk_bytes();
   }
   const uint64_t chunks = layout.chunk_fds.size();
-  uint64_t total = 0;
-  if (__builtin_mul_overflow(chunks, layout.chunk_bytes, &total) ||
-      total > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+  // chunks is small; chunk_bytes fits in int64_t when the product does.
+  int64_t checked_total = 0;
+  if (layout.chunk_bytes >
+          static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
+      MulOverflows(static_cast<int64_t>(chunks),
+                   static_cast<int64_t>(layout.chunk_bytes), &checked_total)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cuda_vmm region of ", chunks, " chunk(s) of ",
                      layout.chunk_bytes, " bytes overflows 63-bit sizes"));
   }
+  const uint64_t total = static_cast<uint64_t>(checked_total);
   // Every chunk must hold some of the region: one past the end would be
   // imported and mapped for nothing, and says the sizes are confused.
   if (layout.size_bytes == 0 || layout.size_bytes > total ||
