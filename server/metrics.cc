@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
@@ -15,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/cublaslt_gemm.h"
 #include "prometheus/text_serializer.h"
 
 namespace matmul {
@@ -133,12 +133,11 @@ BuildInfo CurrentBuildInfo() {
   // The runtime's version needs no driver: it is known on the CPU too.
   int runtime = 0;
   if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
-  return {
-      .version = MATMUL_VERSION,
-      .git_commit = MATMUL_GIT_COMMIT,
-      .cuda_runtime = CudaVersionText(runtime, /*with_patch=*/false),
-      .cublas = CudaVersionText(static_cast<int>(cuda::CublasLtGemm::Version()),
-                                /*with_patch=*/true)};
+  return {.version = MATMUL_VERSION,
+          .git_commit = MATMUL_GIT_COMMIT,
+          .cuda_runtime = CudaVersionText(runtime, /*with_patch=*/false),
+          .cublas = CudaVersionText(static_cast<int>(cublasLtGetVersion()),
+                                    /*with_patch=*/true)};
 }
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
