@@ -91,7 +91,10 @@ TEST(ProductShapeTest, ABatchOfOneBroadcasts) {
   EXPECT_EQ(p->batch, 6);
   EXPECT_EQ(p->a.strides.batch, 0);
   EXPECT_EQ(p->b.strides.batch, 12);
-  p = ProductShape(request, Dense(6, 2, 3), Dense(1, 3, 4));
+  // The single matrix's own batch stride, whatever it is, is not used.
+  StoredMatrix single = Dense(1, 3, 4);
+  single.strides.batch = 99;
+  p = ProductShape(request, Dense(6, 2, 3), single);
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(p->batch, 6);
   EXPECT_EQ(p->a.strides.batch, 6);
