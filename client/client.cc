@@ -92,8 +92,8 @@ Client::Client(std::string target, ClientOptions options,
       stub_(v1::MatmulService::NewStub(channel_)) {}
 
 Client::~Client() {
-  absl::MutexLock lock(&mutex_);
-  mutex_.Await(absl::Condition(
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
       +[](int64_t* in_flight) { return *in_flight == 0; },
       &async_calls_in_flight_));
 }
@@ -142,7 +142,7 @@ void Client::MatmulAsync(v1::MatmulRequest request, absl::Duration timeout,
   call->done = std::move(done);
   PrepareContext(call->context, timeout);
   {
-    absl::MutexLock lock(&mutex_);
+    absl::MutexLock lock(&mu_);
     ++async_calls_in_flight_;
   }
   stub_->async()->Matmul(&call->context, &call->request, &call->response,
@@ -165,7 +165,7 @@ void Client::MatmulAsync(v1::MatmulRequest request, absl::Duration timeout,
 }
 
 void Client::FinishAsyncCall() {
-  absl::MutexLock lock(&mutex_);
+  absl::MutexLock lock(&mu_);
   --async_calls_in_flight_;
 }
 

@@ -146,8 +146,8 @@ class Client {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::MatmulService::Stub> stub_;
 
-  absl::Mutex mutex_;
-  int64_t async_calls_in_flight_ ABSL_GUARDED_BY(mutex_) = 0;
+  absl::Mutex mu_;
+  int64_t async_calls_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace matmul

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_driver_api.h"
 #include "common/status_macros.h"
+#include "common/unique_fd.h"
 
 namespace matmul {
 namespace {
@@ -54,7 +55,7 @@ class CudaDeviceMemory final : public CudaMemory {
   absl::StatusOr<CudaDriverApi> driver_;
   CUmemGenericAllocationHandle handle_ = 0;
   bool mapped_ = false;
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 absl::StatusOr<std::unique_ptr<CudaMemory>> CudaDeviceMemory::Allocate(
@@ -108,11 +109,13 @@ absl::StatusOr<std::unique_ptr<CudaMemory>> CudaDeviceMemory::Allocate(
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   RETURN_IF_ERROR(Driver(api, api.mem_set_access(address, size, &access, 1),
                          "cuMemSetAccess"));
+  int exported_fd = -1;
   RETURN_IF_ERROR(
       Driver(api,
-             api.mem_export(&memory->fd_, memory->handle_,
+             api.mem_export(&exported_fd, memory->handle_,
                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
              "cuMemExportToShareableHandle"));
+  memory->fd_.reset(exported_fd);
   // The daemon takes the fd with pidfd_getfd, which needs ptrace rights
   // over this process; under Yama (ptrace_scope 1) a process must allow it.
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -127,7 +130,7 @@ CudaDeviceMemory::~CudaDeviceMemory() {
   if (!driver_.ok()) return;
   const CudaDriverApi& api = *driver_;
   const CUdeviceptr address = reinterpret_cast<CUdeviceptr>(data_);
-  if (fd_ >= 0) close(fd_);
+  fd_.reset();
   if (mapped_) api.mem_unmap(address, static_cast<size_t>(size_));
   if (address != 0) api.mem_address_free(address, static_cast<size_t>(size_));
   if (handle_ != 0) api.mem_release(handle_);
@@ -148,7 +151,7 @@ v1::RegisterRegionRequest CudaDeviceMemory::RegisterRequest() const {
   } else {
     v1::CudaVmmRegion* vmm = request.mutable_cuda_vmm();
     vmm->set_pid(getpid());
-    vmm->set_fd(fd_);
+    vmm->set_fd(fd_.get());
     vmm->set_size_bytes(static_cast<uint64_t>(size_));
     vmm->set_device_ordinal(device_);
     vmm->set_device_uuid(uuid);

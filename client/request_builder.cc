@@ -248,16 +248,9 @@ absl::StatusOr<InlineTensorView> ViewInlineTensor(const v1::Tensor& tensor) {
   if (strides.empty()) strides = DenseStrides(shape);
 
   InlineTensorView view;
+  static_cast<StoredMatrix&>(view) = ToStoredMatrix(shape, strides);
   view.dtype = dtype;
   view.data = tensor.inline_data().data();
-  view.rows = shape[rank - 2];
-  view.cols = shape[rank - 1];
-  view.strides.row = strides[rank - 2];
-  view.strides.col = strides[rank - 1];
-  if (rank == 3) {
-    view.batch = shape[0];
-    view.strides.batch = strides[0];
-  }
   return view;
 }
 
@@ -354,42 +347,11 @@ absl::StatusOr<GemmProblem> GemmProblemFromRequest(
     return absl::InvalidArgumentError("operands A and B must be BF16");
   }
 
-  GemmProblem problem;
-  // A stored [M, K], or [K, M] with transpose_a: fold the transpose into the
-  // strides so the problem always sees A as [m, k].
-  problem.m = request.transpose_a() ? a.cols : a.rows;
-  problem.k = request.transpose_a() ? a.rows : a.cols;
+  // Transposes folded into the strides, batch broadcast, alpha and beta:
+  // as the server reads the request.
+  ASSIGN_OR_RETURN(GemmProblem problem, ProductShape(request, a, b));
   problem.a.data = a.data;
-  problem.a.strides = a.strides;
-  if (request.transpose_a())
-    std::swap(problem.a.strides.row, problem.a.strides.col);
-  // B stored [K, N], or [N, K] with transpose_b.
-  const int64_t k_of_b = request.transpose_b() ? b.cols : b.rows;
-  problem.n = request.transpose_b() ? b.rows : b.cols;
   problem.b.data = b.data;
-  problem.b.strides = b.strides;
-  if (request.transpose_b())
-    std::swap(problem.b.strides.row, problem.b.strides.col);
-  if (k_of_b != problem.k) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "K of A (", problem.k, ") and K of B (", k_of_b, ") disagree"));
-  }
-
-  // A batch of 1 (or a rank-2 operand) broadcasts over the other's batch.
-  problem.batch = std::max(a.batch, b.batch);
-  for (InputMatrix* operand : {&problem.a, &problem.b}) {
-    int64_t operand_batch = operand == &problem.a ? a.batch : b.batch;
-    if (operand_batch == problem.batch) continue;
-    if (operand_batch != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("batch sizes of A (", a.batch, ") and B (", b.batch,
-                       ") disagree and cannot broadcast"));
-    }
-    operand->strides.batch = 0;
-  }
-
-  problem.alpha = request.has_alpha() ? request.alpha() : 1.0f;
-  problem.beta = request.has_beta() ? request.beta() : 0.0f;
   ASSIGN_OR_RETURN(problem.c_dtype, ResolvedOutDType(request));
   problem.c.strides = {
       .batch = problem.m * problem.n, .row = problem.n, .col = 1};

@@ -23,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/gemm/gemm_problem.h"
+#include "common/gemm/gemm_request.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {
@@ -64,14 +65,11 @@ absl::StatusOr<v1::Tensor> MakeInlineTensor(
     absl::Span<const int64_t> strides = {});
 
 // A bounds-checked view of an inline rank-2 or rank-3 tensor as
-// [batch, rows, cols] (batch 1 and batch stride 0 for rank 2). `data` points
-// into the Tensor's bytes, which must outlive the view.
-struct InlineTensorView {
+// [batch, rows, cols] (StoredMatrix: batch 1 for rank 2, batch stride 0 for
+// a single matrix). `data` points into the Tensor's bytes, which must
+// outlive the view.
+struct InlineTensorView : StoredMatrix {
   DType dtype = DType::kBF16;
-  int64_t batch = 1;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  Strides strides;  // in elements
   const void* data = nullptr;
 };
 // INVALID_ARGUMENT when the tensor is not inline, its dtype or rank is bad,

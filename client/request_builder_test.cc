@@ -324,7 +324,7 @@ TEST(CheckResponseTest, RejectsMalformedRequests) {
   *batches.mutable_b() =
       MakeRandomRequest({.m = 4, .n = 4, .k = 4, .batch = 3}, rng)->b();
   EXPECT_THAT(CheckResponse(batches, response).status().message(),
-              HasSubstr("cannot broadcast"));
+              HasSubstr("batch sizes disagree"));
 }
 
 TEST(ProblemSpecTest, NameAndFlops) {

@@ -11,6 +11,7 @@
 #include "absl/memory/memory.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/unique_fd.h"
 
 namespace matmul {
 namespace {
@@ -37,18 +38,6 @@ bool PlainName(absl::string_view text) {
   }
   return true;
 }
-
-// Closes a file descriptor on scope exit.
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  ~FdCloser() { close(fd_); }
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-
- private:
-  const int fd_;
-};
 
 }  // namespace
 
@@ -77,7 +66,7 @@ SharedMemorySegment::Create(int64_t size_bytes, absl::string_view prefix) {
   if (fd < 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("shm_open('/", name, "')"));
   }
-  FdCloser closer(fd);  // the mapping keeps the object alive
+  const UniqueFd owned(fd);  // the mapping keeps the object alive
   if (ftruncate(fd, static_cast<off_t>(size_bytes)) != 0) {
     const int error = errno;
     shm_unlink(("/" + name).c_str());

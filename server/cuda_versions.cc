@@ -1,9 +1,9 @@
 #include "server/cuda_versions.h"
 
+#include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/cublaslt_gemm.h"
 
 namespace matmul {
 namespace {
@@ -23,10 +23,9 @@ CudaVersions LinkedCudaVersions() {
   // The runtime's version needs no driver: it is known on the CPU too.
   int runtime = 0;
   if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
-  return {
-      .runtime = CudaVersionText(runtime, /*with_patch=*/false),
-      .cublas = CudaVersionText(static_cast<int>(cuda::CublasLtGemm::Version()),
-                                /*with_patch=*/true)};
+  return {.runtime = CudaVersionText(runtime, /*with_patch=*/false),
+          .cublas = CudaVersionText(static_cast<int>(cublasLtGetVersion()),
+                                    /*with_patch=*/true)};
 }
 
 }  // namespace matmul

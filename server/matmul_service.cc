@@ -10,6 +10,7 @@
 #include "server/matmul_stream_reactor.h"
 #include "server/refused_reactor.h"
 #include "server/regions/cuda_region_opener.h"
+#include "server/transport/grpc_call_control.h"
 #include "server/transport/peer_identity.h"
 
 namespace matmul {
@@ -73,31 +74,6 @@ DeviceLane& MatmulServiceImpl::LaneFor(
     }
   }
   return lanes_.front();
-}
-
-CallControl GrpcCallControl(grpc::CallbackServerContext* context) {
-  // gRPC 1.51 sends a deadline as the whole milliseconds left (grpc-timeout)
-  // and one that has already passed as "1n", which the server reads back as
-  // 1 ms from when the headers arrived; both ends also keep time in whole
-  // milliseconds, which can add up to one more. So context->deadline() can
-  // be up to 2 ms later than the client's deadline, and an
-  // expired call would run and be answered OK to nobody. Taking the slack
-  // off makes it expired here too; a call with less than 2 ms left could
-  // not get its answer back in time anyway.
-  const std::chrono::system_clock::time_point deadline = context->deadline();
-  CallControl control{
-      .deadline = deadline == std::chrono::system_clock::time_point::max()
-                      ? absl::InfiniteFuture()
-                      : absl::FromChrono(deadline) - kGrpcDeadlineSlack,
-      .cancelled = [context] { return context->IsCancelled(); }};
-  const std::string peer = context->peer();
-  if (absl::StatusOr<LocalPeer> local = LocalPeerOf(peer); local.ok()) {
-    control.caller = local->credentials;
-    control.client_key = ClientKey(local->credentials);
-  } else {
-    control.client_key = ClientKey(peer);
-  }
-  return control;
 }
 
 namespace {
@@ -245,7 +221,7 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 MatmulServiceImpl::MatmulStream(grpc::CallbackServerContext* context) {
   // gRPC owns reactors by raw pointer; the reactor deletes itself in OnDone.
-  return new MatmulStreamReactor(this, context);
+  return new MatmulStreamReactor(*this, context);
 }
 
 grpc::ServerWriteReactor<v1::SessionEvent>* MatmulServiceImpl::OpenSession(

@@ -21,17 +21,11 @@
 #include "server/request_validation.h"
 #include "server/ring/ring_reactor.h"
 #include "server/session_reactor.h"
+#include "server/transport/product_submitter.h"
 
 namespace matmul {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
-// How much later than the client's a call's deadline can look on the
-// server (see GrpcCallControl).
-inline constexpr absl::Duration kGrpcDeadlineSlack = absl::Milliseconds(2);
-// The deadline, cancellation and caller of a gRPC call; the deadline is
-// the client's at the latest (see kGrpcDeadlineSlack).
-CallControl GrpcCallControl(grpc::CallbackServerContext* context);
-
 // v1::MatmulService::CallbackService with Matmul and MatmulStream read as
 // raw bytes, so that a message that does not parse is answered
 // INVALID_ARGUMENT with a reason (gRPC alone answers a bare UNIMPLEMENTED,
@@ -48,7 +42,8 @@ using MatmulCallbackService = v1::MatmulService::WithRawCallbackMethod_Matmul<
                             v1::MatmulService::WithCallbackMethod_AttachRing<
                                 v1::MatmulService::Service>>>>>>>>;
 
-class MatmulServiceImpl final : public MatmulCallbackService {
+class MatmulServiceImpl final : public MatmulCallbackService,
+                                public ProductSubmitter {
  public:
   // `lanes` (at least one) must outlive the service.
   // `max_in_flight_per_client` bounds each client's share (ClientQuota).
@@ -95,12 +90,9 @@ class MatmulServiceImpl final : public MatmulCallbackService {
   // clients to hang up.
   void CloseAllSessions();
 
-  // Validates `request` and queues its product; `done` runs exactly once,
-  // on a worker thread or (for rejections) before Submit returns, with the
-  // request's final status. `request` and `response` must outlive `done`.
   void Submit(CallControl control, const v1::MatmulRequest* request,
               v1::MatmulResponse* response,
-              absl::AnyInvocable<void(absl::Status) &&> done);
+              absl::AnyInvocable<void(absl::Status) &&> done) override;
 
  private:
   // OK for a request without region operands; otherwise the caller must

@@ -1,13 +1,16 @@
 #include "server/matmul_stream_reactor.h"
 
+// SerializationTraits for protobuf messages (the stream is read as raw bytes).
+#include <grpcpp/impl/codegen/proto_utils.h>
+
 #include "absl/strings/str_cat.h"
-#include "server/matmul_service.h"
+#include "server/transport/grpc_call_control.h"
 
 namespace matmul {
 
-MatmulStreamReactor::MatmulStreamReactor(MatmulServiceImpl* service,
+MatmulStreamReactor::MatmulStreamReactor(ProductSubmitter& submitter,
                                          grpc::CallbackServerContext* context)
-    : service_(service), context_(context) {
+    : submitter_(submitter), context_(context) {
   StartRead(&reading_);
 }
 
@@ -41,10 +44,11 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
     return;
   }
   Call* raw = call.get();
-  service_->Submit(GrpcCallControl(context_), &raw->request, &raw->response,
-                   [this, call = std::move(call)](absl::Status status) mutable {
-                     Answer(std::move(call), std::move(status));
-                   });
+  submitter_.Submit(
+      GrpcCallControl(context_), &raw->request, &raw->response,
+      [this, call = std::move(call)](absl::Status status) mutable {
+        Answer(std::move(call), std::move(status));
+      });
 }
 
 void MatmulStreamReactor::Answer(std::unique_ptr<Call> call,

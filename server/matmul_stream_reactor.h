@@ -21,15 +21,15 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "matmul/v1/matmul.pb.h"
+#include "server/transport/product_submitter.h"
 
 namespace matmul {
-
-class MatmulServiceImpl;
 
 class MatmulStreamReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  MatmulStreamReactor(MatmulServiceImpl* service,
+  // `submitter` must outlive the reactor.
+  MatmulStreamReactor(ProductSubmitter& submitter,
                       grpc::CallbackServerContext* context);
 
   void OnReadDone(bool ok) override;
@@ -49,7 +49,7 @@ class MatmulStreamReactor final
   // Finishes the RPC when nothing is left to read, run or write.
   void MaybeFinish();
 
-  MatmulServiceImpl* const service_;
+  ProductSubmitter& submitter_;
   grpc::CallbackServerContext* const context_;
   grpc::ByteBuffer reading_;  // the target of the read in flight
 

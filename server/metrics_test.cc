@@ -10,15 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/request_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_daemon.h"
 
 namespace matmul {
 namespace {
-
-using ::testing::HasSubstr;
 
 // A scrape as sample line (name and labels, as printed) -> value, plus
 // each family's TYPE.
@@ -344,54 +340,6 @@ TEST(ServerMetricsTest, ProcessFamiliesComeFromProc) {
   const double started = Sample(e, "process_start_time_seconds");
   EXPECT_LE(started, now + 1);
   EXPECT_GT(started, now - 24 * 3600);
-}
-
-// The daemon wires its parts in: a CPU device, the serving flag, the
-// regions, the requests' shapes and codes.
-TEST(ServerMetricsTest, ADaemonExportsItsDeviceRequestsAndRegions) {
-  TestDaemon daemon;
-  std::mt19937_64 rng(std::random_device{}());
-  absl::StatusOr<v1::MatmulRequest> request =
-      MakeRandomRequest({.m = 24, .n = 40, .k = 56}, rng);
-  ASSERT_TRUE(request.ok());
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(daemon.client().Matmul(*request, absl::Seconds(30)).ok());
-  }
-  v1::MatmulRequest bad = *request;
-  bad.mutable_a()->clear_shape();
-  EXPECT_FALSE(daemon.client().Matmul(bad, absl::Seconds(30)).ok());
-
-  const std::string scrape = daemon.server().metrics().Scrape();
-  EXPECT_EQ(MetricValue(scrape, "matmul_serving"), 1);
-  EXPECT_EQ(MetricValue(scrape, "matmul_device_info{device=\"cpu\"}"), 1);
-  EXPECT_EQ(MetricValue(scrape,
-                        "matmul_requests_total{code=\"ok\",shape=\"24x40x56:"
-                        "NN\"}"),
-            3);
-  EXPECT_EQ(MetricValue(scrape,
-                        "matmul_requests_total{code=\"invalid_argument\","
-                        "shape=\"invalid\"}"),
-            1);
-  EXPECT_EQ(MetricValue(scrape,
-                        "matmul_flops_total{device=\"cpu\",shape=\"24x40x56:"
-                        "NN\"}"),
-            3 * 2.0 * 24 * 40 * 56);
-  EXPECT_GT(MetricValue(scrape,
-                        "matmul_kernel_seconds_total{device=\"cpu\",shape="
-                        "\"24x40x56:NN\"}"),
-            0);
-  EXPECT_GT(
-      MetricValue(scrape, "matmul_device_memory_total_bytes{device=\"cpu\"}"),
-      0);
-  EXPECT_EQ(MetricValue(scrape, "matmul_queue_capacity"),
-            TestDaemon::DefaultOptions().executor.batching.max_queue_size);
-  EXPECT_EQ(MetricValue(scrape, "matmul_sessions"), 0);
-  EXPECT_EQ(MetricValue(scrape, "matmul_regions"), 0);
-  EXPECT_THAT(scrape, HasSubstr("matmul_build_info{cublas=\""));
-
-  daemon.server().Shutdown(absl::Seconds(1));
-  EXPECT_EQ(MetricValue(daemon.server().metrics().Scrape(), "matmul_serving"),
-            0);
 }
 
 }  // namespace

@@ -15,23 +15,9 @@
 #include "server/bound_operands.h"
 #include "server/executor.h"
 #include "server/request_validation.h"
-#include "server/transport/peer_credentials.h"
+#include "server/transport/product_submitter.h"
 
 namespace matmul {
-
-// What the transport of a request says about its caller.
-struct CallControl {
-  // The request is dropped with DEADLINE_EXCEEDED if it has not run by then.
-  absl::Time deadline = absl::InfiniteFuture();
-  // True once the caller stopped waiting (the call was cancelled, the
-  // client went away): the request is dropped before it runs. May be empty.
-  std::function<bool()> cancelled;
-  // The calling process, as the kernel names it; absent over TCP, where
-  // region operands are refused.
-  std::optional<PeerCredentials> caller;
-  // Whose share of the in-flight quota the request takes (ClientKey).
-  std::string client_key;
-};
 
 struct PendingProduct {
   MatmulPlan plan;

@@ -180,25 +180,9 @@ absl::StatusOr<CheckedTensor> CheckTensor(const v1::Tensor& tensor,
           name, ": no data; set inline_data or a region reference"));
   }
 
-  checked.batch = rank == 3 ? dims[0] : 1;
-  checked.rows = dims[rank - 2];
-  checked.cols = dims[rank - 1];
-  checked.strides.batch = rank == 3 && dims[0] > 1 ? strides[0] : 0;
-  checked.strides.row = strides[rank - 2];
-  checked.strides.col = strides[rank - 1];
+  static_cast<StoredMatrix&>(checked) = ToStoredMatrix(dims, strides);
   checked.extent_bytes = extent_bytes;
   return checked;
-}
-
-// The batch the product runs over: every operand's batch must equal it or
-// be 1 (broadcast).
-absl::StatusOr<int64_t> BroadcastBatch(const CheckedTensor& a,
-                                       const CheckedTensor& b) {
-  if (a.batch == b.batch || b.batch == 1) return a.batch;
-  if (a.batch == 1) return b.batch;
-  return absl::InvalidArgumentError(
-      absl::StrCat("batch sizes disagree: A has ", a.batch, ", B has ", b.batch,
-                   "; they must be equal or one of them 1"));
 }
 
 }  // namespace
@@ -215,29 +199,8 @@ absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
   ASSIGN_OR_RETURN(plan.a, CheckTensor(request.a(), "A", false, limits));
   ASSIGN_OR_RETURN(plan.b, CheckTensor(request.b(), "B", false, limits));
 
+  ASSIGN_OR_RETURN(plan.problem, ProductShape(request, plan.a, plan.b));
   GemmProblem& p = plan.problem;
-  const bool ta = request.transpose_a();
-  const bool tb = request.transpose_b();
-  p.m = ta ? plan.a.cols : plan.a.rows;
-  p.k = ta ? plan.a.rows : plan.a.cols;
-  const int64_t k_of_b = tb ? plan.b.cols : plan.b.rows;
-  p.n = tb ? plan.b.rows : plan.b.cols;
-  if (p.k != k_of_b) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("inner dimensions disagree: op(A) is ", p.m, "x", p.k,
-                     " and op(B) is ", k_of_b, "x", p.n, " (transpose_a=", ta,
-                     ", transpose_b=", tb, "); K must match"));
-  }
-  ASSIGN_OR_RETURN(p.batch, BroadcastBatch(plan.a, plan.b));
-  p.a.strides = {plan.a.strides.batch,
-                 ta ? plan.a.strides.col : plan.a.strides.row,
-                 ta ? plan.a.strides.row : plan.a.strides.col};
-  p.b.strides = {plan.b.strides.batch,
-                 tb ? plan.b.strides.col : plan.b.strides.row,
-                 tb ? plan.b.strides.row : plan.b.strides.col};
-
-  p.alpha = request.has_alpha() ? request.alpha() : 1.0f;
-  p.beta = request.has_beta() ? request.beta() : 0.0f;
   if (!std::isfinite(p.alpha) || !std::isfinite(p.beta)) {
     return absl::InvalidArgumentError(
         absl::StrCat("alpha and beta must be finite; got alpha=", p.alpha,

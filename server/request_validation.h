@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/gemm/gemm_problem.h"
+#include "common/gemm/gemm_request.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {
@@ -23,12 +24,8 @@ struct ValidationLimits {
 };
 
 // A tensor that passed validation, as stored (before any transpose).
-struct CheckedTensor {
+struct CheckedTensor : StoredMatrix {
   DType dtype = DType::kBF16;
-  int64_t batch = 1;  // 1 for rank-2 tensors
-  int64_t rows = 0;
-  int64_t cols = 0;
-  Strides strides;           // elements; batch stride 0 for rank 2 or broadcast
   int64_t extent_bytes = 0;  // 1 + the largest element offset, in bytes
   // Set when the data sits in a registered region rather than inline.
   bool in_region = false;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
 #include "server/regions/cuda_ipc_region.h"

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
 
@@ -44,10 +45,12 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(
     uint64_t offset_bytes, uint64_t size_bytes, const PeerCredentials& peer,
     bool allow_other_owners) {
   RETURN_IF_ERROR(CheckShmName(name, required_prefix));
-  uint64_t end;
-  if (size_bytes == 0 ||
-      __builtin_add_overflow(offset_bytes, size_bytes, &end) ||
-      end > static_cast<uint64_t>(INT64_MAX)) {
+  // Both fit in int64_t when their sum does.
+  int64_t end;
+  if (size_bytes == 0 || offset_bytes > static_cast<uint64_t>(INT64_MAX) ||
+      size_bytes > static_cast<uint64_t>(INT64_MAX) ||
+      AddOverflows(static_cast<int64_t>(offset_bytes),
+                   static_cast<int64_t>(size_bytes), &end)) {
     return absl::InvalidArgumentError(
         absl::StrCat("shm region: offset ", offset_bytes, " + size ",
                      size_bytes, " is empty or overflows"));
@@ -82,7 +85,7 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(
         "; the daemon uses a segment only for its owner (create it as the "
         "calling user)"));
   }
-  if (end > static_cast<uint64_t>(info.st_size)) {
+  if (end > info.st_size) {
     return absl::InvalidArgumentError(absl::StrCat(
         "shm region [", offset_bytes, ", ", end, ") reaches past the end of '",
         name, "', which has ", info.st_size, " bytes"));
@@ -91,7 +94,8 @@ absl::StatusOr<std::unique_ptr<ShmRegion>> ShmRegion::Open(
   // region's first byte.
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t map_offset = offset_bytes / page * page;
-  const size_t map_bytes = static_cast<size_t>(end - map_offset);
+  const size_t map_bytes =
+      static_cast<size_t>(static_cast<uint64_t>(end) - map_offset);
   void* mapping = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
                        fd.get(), static_cast<off_t>(map_offset));
   if (mapping == MAP_FAILED) {

@@ -1,17 +1,16 @@
 #include "server/ring/ring_reactor.h"
 
 #include "absl/time/clock.h"
-#include "server/matmul_service.h"
 #include "server/transport/peer_identity.h"
 
 namespace matmul {
 
-RingReactor::RingReactor(MatmulServiceImpl& service,
+RingReactor::RingReactor(ProductSubmitter& submitter,
                          std::shared_ptr<AttachedRing> ring,
                          std::string session_id, const PeerCredentials& owner,
                          absl::Duration spin,
                          std::function<void(RingReactor*)> on_done)
-    : service_(service),
+    : submitter_(submitter),
       ring_(std::move(ring)),
       session_id_(std::move(session_id)),
       owner_(owner),
@@ -99,7 +98,7 @@ void RingReactor::Dispatch(uint32_t slot) {
   control.caller = owner_;
   control.client_key = ClientKey(owner_);
   RingCall* raw = call.get();
-  service_.Submit(
+  submitter_.Submit(
       std::move(control), raw->request, raw->response,
       [ring = ring_, slot,
        call = std::move(call)](absl::Status status) mutable {

@@ -26,10 +26,9 @@
 #include "matmul/v1/matmul.pb.h"
 #include "server/ring/attached_ring.h"
 #include "server/transport/peer_credentials.h"
+#include "server/transport/product_submitter.h"
 
 namespace matmul {
-
-class MatmulServiceImpl;
 
 struct RingOptions {
   // How long a ring's poller spins after the last submission before it
@@ -44,8 +43,9 @@ struct RingOptions {
 class RingReactor final : public grpc::ServerWriteReactor<v1::RingEvent> {
  public:
   // `ring` is open; `owner` is the process that attached it (its requests
-  // act as that caller); `on_done` runs last, from OnDone.
-  RingReactor(MatmulServiceImpl& service, std::shared_ptr<AttachedRing> ring,
+  // act as that caller); `on_done` runs last, from OnDone. `submitter`
+  // must outlive the reactor.
+  RingReactor(ProductSubmitter& submitter, std::shared_ptr<AttachedRing> ring,
               std::string session_id, const PeerCredentials& owner,
               absl::Duration spin, std::function<void(RingReactor*)> on_done);
 
@@ -61,7 +61,7 @@ class RingReactor final : public grpc::ServerWriteReactor<v1::RingEvent> {
   void Poll();
   void Dispatch(uint32_t slot);
 
-  MatmulServiceImpl& service_;
+  ProductSubmitter& submitter_;
   // Shared with every request in flight: their answers are written into
   // the mapping after the stream may have ended.
   const std::shared_ptr<AttachedRing> ring_;

@@ -1,0 +1,230 @@
+#include "server/matmul_runner.h"
+
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/bf16.h"
+#include "common/gemm/reference_gemm.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/device_lost.h"
+#include "server/bound_operands.h"
+#include "server/request_validation.h"
+
+namespace matmul {
+namespace {
+
+using ::testing::HasSubstr;
+
+// alpha that makes FakeBackend fail any launch the product is in.
+constexpr float kPoisonAlpha = 7.0f;
+
+// Computes with the CPU backend and counts launches; fails a launch that
+// holds a poisoned product with `failure`.
+class FakeBackend final : public GemmBackend {
+ public:
+  std::string name() const override { return "fake"; }
+  std::vector<DeviceInfo> devices() const override { return {}; }
+  absl::StatusOr<GemmRunInfo> RunHost(const GemmProblem& problem) override {
+    return cpu_->RunHost(problem);
+  }
+  absl::StatusOr<GemmRunInfo> RunBatch(
+      absl::Span<const GemmProblem* const> problems, bool on_device) override {
+    launches.push_back(static_cast<int>(problems.size()));
+    for (const GemmProblem* problem : problems) {
+      if (problem->alpha == kPoisonAlpha) return failure;
+    }
+    absl::StatusOr<GemmRunInfo> run = cpu_->RunBatch(problems, on_device);
+    if (run.ok()) run->kernel = "fake-kernel";
+    return run;
+  }
+
+  std::vector<int> launches;  // products per launch
+  absl::Status failure = absl::InternalError("poisoned");
+
+ private:
+  std::unique_ptr<GemmBackend> cpu_ = CpuBackend::Create(1);
+};
+
+// A product's request, its answer, and what its call was answered with.
+struct Call {
+  v1::MatmulRequest request;
+  v1::MatmulResponse response;
+  std::optional<absl::Status> status;
+};
+
+v1::Tensor RandomBf16(int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::string bytes;
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    const uint16_t bits = FloatToBf16(uniform(rng));
+    bytes.append(reinterpret_cast<const char*>(&bits), sizeof(bits));
+  }
+  v1::Tensor tensor;
+  tensor.set_dtype(v1::DTYPE_BF16);
+  tensor.add_shape(rows);
+  tensor.add_shape(cols);
+  tensor.set_inline_data(std::move(bytes));
+  return tensor;
+}
+
+class MatmulRunnerTest : public ::testing::Test {
+ protected:
+  MatmulRunnerTest()
+      : rng_(std::random_device{}()),
+        registry_({}),
+        metrics_(*ServerMetrics::Create("", 16, {})),
+        m_(1 + rng_() % 9),
+        n_(1 + rng_() % 9),
+        k_(1 + rng_() % 9) {}
+
+  // A random m x n x k product (the same shape for every call of a test,
+  // so that they may share a launch).
+  std::unique_ptr<Call> NewCall(uint64_t request_id) {
+    auto call = std::make_unique<Call>();
+    call->request.set_request_id(request_id);
+    *call->request.mutable_a() = RandomBf16(m_, k_, rng_);
+    *call->request.mutable_b() = RandomBf16(k_, n_, rng_);
+    return call;
+  }
+
+  std::unique_ptr<PendingProduct> Pending(Call& call,
+                                          CallControl control = {}) {
+    auto product = std::make_unique<PendingProduct>();
+    absl::StatusOr<MatmulPlan> plan = ValidateRequest(call.request, {});
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    product->plan = *std::move(plan);
+    absl::StatusOr<std::unique_ptr<BoundOperands>> operands =
+        BoundOperands::Bind(product->plan, call.request, registry_, false);
+    EXPECT_TRUE(operands.ok()) << operands.status();
+    product->operands = *std::move(operands);
+    product->request = &call.request;
+    product->response = &call.response;
+    product->control = std::move(control);
+    product->accepted = absl::Now();
+    product->finish = [&call](absl::Status status) {
+      EXPECT_FALSE(call.status.has_value()) << "answered twice";
+      call.status = std::move(status);
+    };
+    return product;
+  }
+
+  // The relative error of a call's answer against the FP64 reference.
+  double Error(const Call& call) {
+    absl::StatusOr<MatmulPlan> plan = ValidateRequest(call.request, {});
+    GemmProblem problem = plan->problem;
+    problem.a.data = call.request.a().inline_data().data();
+    problem.b.data = call.request.b().inline_data().data();
+    std::vector<double> expected = ReferenceGemm(problem);
+    problem.c.data = const_cast<char*>(call.response.c().inline_data().data());
+    return RelativeError(ReadOutput(problem), expected);
+  }
+
+  std::mt19937_64 rng_;
+  RegionRegistry registry_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  FakeBackend backend_;
+  const int64_t m_, n_, k_;
+};
+
+TEST_F(MatmulRunnerTest, RunsTheBatchAsOneLaunchAndAnswersEach) {
+  MatmulRunner runner(backend_, *metrics_, /*device_index=*/3);
+  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::unique_ptr<PendingProduct>> batch;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    calls.push_back(NewCall(id));
+    batch.push_back(Pending(*calls.back()));
+  }
+  runner.RunBatch(std::move(batch));
+  EXPECT_THAT(backend_.launches, ::testing::ElementsAre(3));
+  for (uint64_t id = 1; id <= 3; ++id) {
+    const Call& call = *calls[id - 1];
+    ASSERT_TRUE(call.status.has_value());
+    ASSERT_TRUE(call.status->ok()) << *call.status;
+    EXPECT_EQ(call.response.request_id(), id);
+    EXPECT_EQ(call.response.backend(), "fake");
+    EXPECT_EQ(call.response.kernel(), "fake-kernel");
+    EXPECT_EQ(call.response.device_index(), 3);
+    EXPECT_EQ(call.response.batch_size(), 3u);
+    EXPECT_THAT(call.response.c().shape(), ::testing::ElementsAre(m_, n_));
+    EXPECT_LT(Error(call), 1e-2);
+  }
+}
+
+TEST_F(MatmulRunnerTest, StaleProductsAreAnsweredWithoutRunning) {
+  MatmulRunner runner(backend_, *metrics_, 0);
+  std::unique_ptr<Call> expired = NewCall(1);
+  std::unique_ptr<Call> cancelled = NewCall(2);
+  std::unique_ptr<Call> live = NewCall(3);
+  std::vector<std::unique_ptr<PendingProduct>> batch;
+  batch.push_back(
+      Pending(*expired, {.deadline = absl::Now() - absl::Seconds(1),
+                         .cancelled = [] { return true; }}));  // deadline wins
+  batch.push_back(Pending(*cancelled, {.cancelled = [] { return true; }}));
+  batch.push_back(Pending(*live));
+  runner.RunBatch(std::move(batch));
+  EXPECT_EQ(expired->status->code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(cancelled->status->code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(live->status->ok());
+  EXPECT_THAT(backend_.launches, ::testing::ElementsAre(1));
+  EXPECT_FALSE(expired->response.has_c());
+}
+
+TEST_F(MatmulRunnerTest, AFailedLaunchIsRetriedOneByOne) {
+  MatmulRunner runner(backend_, *metrics_, 0);
+  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::unique_ptr<PendingProduct>> batch;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    calls.push_back(NewCall(id));
+    if (id == 2) calls.back()->request.set_alpha(kPoisonAlpha);
+    batch.push_back(Pending(*calls.back()));
+  }
+  runner.RunBatch(std::move(batch));
+  EXPECT_THAT(backend_.launches, ::testing::ElementsAre(3, 1, 1, 1));
+  EXPECT_TRUE(calls[0]->status->ok());
+  EXPECT_EQ(calls[1]->status->code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(calls[1]->status->message(), "fake backend: poisoned");
+  EXPECT_TRUE(calls[2]->status->ok());
+  EXPECT_EQ(calls[2]->response.batch_size(), 1u);
+  EXPECT_LT(Error(*calls[2]), 1e-2);
+}
+
+TEST_F(MatmulRunnerTest, ALostDeviceAnswersUnavailableFromThenOn) {
+  int lost_calls = 0;
+  MatmulRunner runner(backend_, *metrics_, 0, [&](const absl::Status& status) {
+    ++lost_calls;
+    EXPECT_TRUE(IsDeviceLost(status));
+  });
+  backend_.failure = DeviceLostError("context gone");
+  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::unique_ptr<PendingProduct>> batch;
+  for (uint64_t id = 1; id <= 2; ++id) {
+    calls.push_back(NewCall(id));
+    calls.back()->request.set_alpha(kPoisonAlpha);
+    batch.push_back(Pending(*calls.back()));
+  }
+  runner.RunBatch(std::move(batch));
+  // No one-by-one retry on a lost device.
+  EXPECT_THAT(backend_.launches, ::testing::ElementsAre(2));
+  for (const auto& call : calls) {
+    EXPECT_EQ(call->status->code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(call->status->message(), HasSubstr("GPU was lost"));
+  }
+  EXPECT_EQ(lost_calls, 1);
+
+  // A healthy product later is not run at all.
+  std::unique_ptr<Call> later = NewCall(3);
+  batch.clear();
+  batch.push_back(Pending(*later));
+  runner.RunBatch(std::move(batch));
+  EXPECT_EQ(later->status->code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(backend_.launches.size(), 1u);
+  EXPECT_EQ(lost_calls, 1);
+}
+
+}  // namespace
+}  // namespace matmul

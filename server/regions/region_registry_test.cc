@@ -1,0 +1,164 @@
+#include "server/regions/region_registry.h"
+
+#include <memory>
+#include <random>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/regions/test_region.h"
+
+namespace matmul {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<Region> MakeRegion(int64_t size,
+                                   std::shared_ptr<bool> released = nullptr) {
+  return MakeTestRegion({.size = size, .released = std::move(released)});
+}
+
+const PeerCredentials kOwner{.pid = 4242, .uid = 1000, .gid = 1000};
+const PeerCredentials kOtherProcess{.pid = 4243, .uid = 1000, .gid = 1000};
+const PeerCredentials kOtherUser{.pid = 4242, .uid = 1001, .gid = 1000};
+
+TEST(RegionRegistryTest, OnlyTheOwningProcessUsesItsSession) {
+  RegionRegistry registry({});
+  const std::string session = registry.OpenSession("test", kOwner);
+  EXPECT_TRUE(registry.CheckOwner(session, kOwner).ok());
+  for (const PeerCredentials& stranger : {kOtherProcess, kOtherUser}) {
+    EXPECT_EQ(registry.CheckOwner(session, stranger).code(),
+              absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(registry.Add(session, stranger, MakeRegion(64)).status().code(),
+              absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(registry.List(session, stranger).status().code(),
+              absl::StatusCode::kPermissionDenied);
+    EXPECT_EQ(registry.AddRing(session, stranger).code(),
+              absl::StatusCode::kPermissionDenied);
+  }
+  absl::StatusOr<std::string> id =
+      registry.Add(session, kOwner, MakeRegion(64));
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(registry.Remove(session, kOtherProcess, *id).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(registry.region_count(), 1);
+  EXPECT_EQ(registry.CheckOwner("no-such-session", kOwner).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(RegionRegistryTest, RegionsAreVisibleOnlyInTheirSession) {
+  RegionRegistry registry({});
+  const std::string mine = registry.OpenSession("a", kOwner);
+  const std::string theirs = registry.OpenSession("b", kOtherProcess);
+  EXPECT_NE(mine, theirs);
+  absl::StatusOr<std::string> id = registry.Add(mine, kOwner, MakeRegion(64));
+  ASSERT_TRUE(id.ok());
+  EXPECT_EQ(id->size(), 32u);  // 128 random bits as hex
+  EXPECT_TRUE(registry.Find(mine, *id).ok());
+  EXPECT_EQ(registry.Find(theirs, *id).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry.Remove(theirs, kOtherProcess, *id).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(RegionRegistryTest, CountAndByteQuotasHoldAndFreeUpOnRemove) {
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t size = std::uniform_int_distribution<int64_t>(1, 1 << 20)(rng);
+  RegionRegistry registry(
+      {.max_regions_per_session = 3, .max_bytes_per_session = 3 * size});
+  const std::string session = registry.OpenSession("q", kOwner);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<std::string> id =
+        registry.Add(session, kOwner, MakeRegion(size));
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  absl::StatusOr<std::string> over =
+      registry.Add(session, kOwner, MakeRegion(1));
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.status().message(), HasSubstr("3 regions"));
+
+  ASSERT_TRUE(registry.Remove(session, kOwner, ids[0]).ok());
+  // One place and `size` bytes are free again: one more byte is too many.
+  absl::StatusOr<std::string> too_big =
+      registry.Add(session, kOwner, MakeRegion(size + 1));
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(too_big.status().message(), HasSubstr("quota"));
+  EXPECT_TRUE(registry.Add(session, kOwner, MakeRegion(size)).ok());
+
+  // The quotas are per session: another session starts empty.
+  const std::string other = registry.OpenSession("q2", kOtherProcess);
+  EXPECT_TRUE(registry.Add(other, kOtherProcess, MakeRegion(3 * size)).ok());
+  EXPECT_EQ(registry.TotalsByKind()["test"].regions, 4);
+  EXPECT_EQ(registry.TotalsByKind()["test"].bytes, 6 * size);
+}
+
+TEST(RegionRegistryTest, RemoveDefersTheReleaseWhileARequestHoldsIt) {
+  RegionRegistry registry({});
+  const std::string session = registry.OpenSession("d", kOwner);
+  auto released = std::make_shared<bool>(false);
+  absl::StatusOr<std::string> id =
+      registry.Add(session, kOwner, MakeRegion(128, released));
+  ASSERT_TRUE(id.ok());
+
+  absl::StatusOr<std::shared_ptr<Region>> in_use = registry.Find(session, *id);
+  ASSERT_TRUE(in_use.ok());
+  absl::StatusOr<std::vector<RegionSummary>> listed =
+      registry.List(session, kOwner);
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].requests_in_flight, 1);
+
+  absl::StatusOr<bool> deferred = registry.Remove(session, kOwner, *id);
+  ASSERT_TRUE(deferred.ok());
+  EXPECT_TRUE(*deferred);
+  EXPECT_FALSE(*released);  // the request still reads it
+  EXPECT_EQ(registry.Find(session, *id).status().code(),
+            absl::StatusCode::kNotFound);
+  in_use->reset();
+  EXPECT_TRUE(*released);
+
+  // Without a user the release is immediate.
+  auto released_now = std::make_shared<bool>(false);
+  id = registry.Add(session, kOwner, MakeRegion(128, released_now));
+  ASSERT_TRUE(id.ok());
+  deferred = registry.Remove(session, kOwner, *id);
+  ASSERT_TRUE(deferred.ok());
+  EXPECT_FALSE(*deferred);
+  EXPECT_TRUE(*released_now);
+}
+
+TEST(RegionRegistryTest, ClosingASessionReleasesItsRegions) {
+  RegionRegistry registry({});
+  const std::string session = registry.OpenSession("c", kOwner);
+  auto released = std::make_shared<bool>(false);
+  ASSERT_TRUE(registry.Add(session, kOwner, MakeRegion(8, released)).ok());
+  EXPECT_EQ(registry.session_count(), 1);
+  registry.CloseSession(session);
+  EXPECT_TRUE(*released);
+  EXPECT_EQ(registry.session_count(), 0);
+  EXPECT_EQ(registry.region_count(), 0);
+  EXPECT_EQ(registry.CheckOwner(session, kOwner).code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST(RegionRegistryTest, RingQuotaCountsAttachedRings) {
+  RegionRegistry registry({.max_rings_per_session = 2});
+  const std::string session = registry.OpenSession("r", kOwner);
+  EXPECT_TRUE(registry.AddRing(session, kOwner).ok());
+  EXPECT_TRUE(registry.AddRing(session, kOwner).ok());
+  EXPECT_EQ(registry.AddRing(session, kOwner).code(),
+            absl::StatusCode::kResourceExhausted);
+  registry.RemoveRing(session);
+  EXPECT_TRUE(registry.AddRing(session, kOwner).ok());
+  // Giving back more than was taken does not open extra places.
+  for (int i = 0; i < 5; ++i) registry.RemoveRing(session);
+  EXPECT_TRUE(registry.AddRing(session, kOwner).ok());
+  EXPECT_TRUE(registry.AddRing(session, kOwner).ok());
+  EXPECT_EQ(registry.AddRing(session, kOwner).code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace matmul

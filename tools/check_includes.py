@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""Checks the include rules between the source tree's folders.
+
+Reads every #include "..." line of the .h/.cc/.cu/.cuh files under the
+source root (build trees, which hold a CMakeCache.txt, and hidden folders
+are skipped) and checks:
+
+  (a) client/ includes nothing from kernels/ or server/;
+  (b) server/ includes from kernels/ only the headers in SERVER_KERNEL_API;
+  (c) kernels/ includes nothing from server/ or client/;
+  (d) common/ includes nothing from kernels/, server/ or client/;
+  (e) no include cycle between folders (a file's folder is its directory,
+      e.g. server/ring; includes within one folder are not edges).
+
+Only includes that name a file of the tree (paths are relative to the root,
+as the build's include directory is) count; generated headers such as
+matmul/v1/matmul.pb.h and system headers are not part of the graph.
+
+Usage:
+  tools/check_includes.py [--root DIR]           # check; exit 1 on a breach
+  tools/check_includes.py [--root DIR] --graph   # print the folder graph too
+"""
+
+import argparse
+import collections
+import os
+import re
+import sys
+
+SOURCE_SUFFIXES = (".h", ".cc", ".cu", ".cuh")
+INCLUDE_LINE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+# The kernels/ headers the server may include: the backend interface and
+# the backends it constructs. Everything else in kernels/ is private to it.
+SERVER_KERNEL_API = frozenset({
+    "kernels/gemm_backend.h",
+    "kernels/gemm_batch.h",
+    "kernels/device_lost.h",
+    "kernels/cpu/cpu_backend.h",
+    "kernels/cuda/cuda_backend.h",
+})
+
+# (folder whose files include, top folders they may not include from)
+FORBIDDEN = (
+    ("client", ("kernels", "server")),
+    ("kernels", ("server", "client")),
+    ("common", ("kernels", "server", "client")),
+)
+
+
+def top_folder(path):
+    return path.split("/", 1)[0]
+
+
+def folder_of(path):
+    return os.path.dirname(path) or "."
+
+
+def source_files(root):
+    """Root-relative paths of the tree's C++ and CUDA files, sorted."""
+    found = []
+    for directory, subdirs, files in os.walk(root):
+        # A build tree (configured by CMake) or a hidden folder is not source.
+        subdirs[:] = sorted(
+            d for d in subdirs if not d.startswith(".") and
+            not os.path.exists(os.path.join(directory, d, "CMakeCache.txt")))
+        for name in files:
+            if name.endswith(SOURCE_SUFFIXES):
+                found.append(
+                    os.path.relpath(os.path.join(directory, name),
+                                    root).replace(os.sep, "/"))
+    return sorted(found)
+
+
+def includes(root, files):
+    """(including file, line number, included file) for every include of a
+    file that exists in the tree."""
+    known = set(files)
+    result = []
+    for path in files:
+        with open(os.path.join(root, path), encoding="utf-8",
+                  errors="replace") as source:
+            for number, line in enumerate(source, start=1):
+                match = INCLUDE_LINE.match(line)
+                if match and match.group(1) in known:
+                    result.append((path, number, match.group(1)))
+    return result
+
+
+def rule_breaches(edges):
+    """Messages for includes that break rules (a) to (d)."""
+    breaches = []
+    for path, number, target in edges:
+        source_top, target_top = top_folder(path), top_folder(target)
+        for includer, banned in FORBIDDEN:
+            if source_top == includer and target_top in banned:
+                breaches.append(f"{path}:{number}: {includer}/ may not include "
+                                f"{target_top}/ ({target})")
+        if (source_top == "server" and target_top == "kernels" and
+                target not in SERVER_KERNEL_API):
+            breaches.append(f"{path}:{number}: server/ may include from "
+                            f"kernels/ only its public headers, not {target}")
+    return breaches
+
+
+def folder_graph(edges):
+    """{(from folder, to folder): include count} between distinct folders."""
+    graph = collections.Counter()
+    for path, _, target in edges:
+        source, destination = folder_of(path), folder_of(target)
+        if source != destination:
+            graph[(source, destination)] += 1
+    return graph
+
+
+def cycles(graph):
+    """The strongly connected components of more than one folder (Tarjan),
+    each as a sorted list of folders."""
+    successors = collections.defaultdict(list)
+    nodes = set()
+    for source, destination in graph:
+        successors[source].append(destination)
+        nodes.update((source, destination))
+    index, low, on_stack, stack, components = {}, {}, set(), [], []
+
+    def visit(node):
+        # Iterative, so that a deep graph cannot exhaust Python's stack.
+        work = [(node, iter(sorted(successors[node])))]
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        while work:
+            current, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(successors[child]))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[current] = min(low[current], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[current])
+            if low[current] == index[current]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == current:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+
+    for node in sorted(nodes):
+        if node not in index:
+            visit(node)
+    return sorted(components)
+
+
+def cycle_breaches(edges, graph):
+    """Messages naming the includes that close each folder cycle."""
+    breaches = []
+    for component in cycles(graph):
+        members = set(component)
+        breaches.append("include cycle between folders: " +
+                        ", ".join(component))
+        for path, number, target in edges:
+            source, destination = folder_of(path), folder_of(target)
+            if source != destination and {source, destination} <= members:
+                breaches.append(f"  {path}:{number}: includes {target}")
+    return breaches
+
+
+def print_graph(graph, out):
+    rows = sorted(graph.items())
+    width_from = max([len("from")] + [len(s) for (s, _), _ in rows])
+    width_to = max([len("to")] + [len(d) for (_, d), _ in rows])
+    out.write(f"{'from':<{width_from}}  {'to':<{width_to}}  count\n")
+    for (source, destination), count in rows:
+        out.write(f"{source:<{width_from}}  {destination:<{width_to}}  "
+                  f"{count:>5}\n")
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument(
+        "--root",
+        default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        help="the source tree (default: the one this script is in)")
+    parser.add_argument("--graph", action="store_true",
+                        help="print the folder include graph (from, to, "
+                        "count) before checking")
+    args = parser.parse_args(argv)
+
+    files = source_files(args.root)
+    if not files:
+        print(f"no source files under {args.root}", file=sys.stderr)
+        return 2
+    edges = includes(args.root, files)
+    graph = folder_graph(edges)
+    if args.graph:
+        print_graph(graph, sys.stdout)
+    breaches = rule_breaches(edges) + cycle_breaches(edges, graph)
+    for breach in breaches:
+        print(breach, file=sys.stderr)
+    if breaches:
+        print(f"check_includes: {len(breaches)} problem(s) in {len(files)} "
+              "files", file=sys.stderr)
+        return 1
+    print(f"check_includes: {len(files)} files, {len(edges)} includes, "
+          f"{len(graph)} folder edges: OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Tests of check_includes.py on small made-up trees: each rule is broken
+once and must be reported, and a tree that keeps the rules passes.
+
+Usage: tools/check_includes_test.py
+"""
+
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check_includes  # noqa: E402
+
+
+def make_tree(root, files):
+    """files: {path: [included paths]}"""
+    for path, included in files.items():
+        full = os.path.join(root, path)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w", encoding="utf-8") as out:
+            out.write("#include <vector>\n")
+            for target in included:
+                out.write(f'#include "{target}"\n')
+
+
+GOOD_TREE = {
+    "common/a.h": [],
+    "common/gemm/g.h": ["common/a.h"],
+    "kernels/gemm_backend.h": ["common/gemm/g.h"],
+    "kernels/cuda/private.h": ["kernels/gemm_backend.h"],
+    "kernels/cuda/cuda_backend.h": ["kernels/cuda/private.h"],
+    "server/s.cc": ["kernels/cuda/cuda_backend.h", "server/ring/r.h",
+                    "matmul/v1/matmul.pb.h"],
+    "server/ring/r.h": ["server/transport/t.h"],
+    "server/transport/t.h": ["common/a.h"],
+    "client/c.cc": ["common/gemm/g.h"],
+    "tests/t.cc": ["server/s.cc", "client/c.cc"],
+}
+
+
+class CheckIncludesTest(unittest.TestCase):
+
+    def run_check(self, files, *extra):
+        with tempfile.TemporaryDirectory() as root:
+            make_tree(root, files)
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), \
+                    contextlib.redirect_stderr(err):
+                code = check_includes.main(["--root", root, *extra])
+            return code, out.getvalue(), err.getvalue()
+
+    def assert_breach(self, change, expected):
+        tree = dict(GOOD_TREE)
+        tree.update(change)
+        code, _, err = self.run_check(tree)
+        self.assertEqual(code, 1, err)
+        self.assertIn(expected, err)
+
+    def test_good_tree_passes(self):
+        code, out, err = self.run_check(GOOD_TREE)
+        self.assertEqual(code, 0, err)
+        self.assertIn("OK", out)
+
+    def test_client_may_not_include_kernels_or_server(self):
+        self.assert_breach({"client/c.cc": ["kernels/gemm_backend.h"]},
+                           "client/ may not include kernels/")
+        self.assert_breach({"client/c.cc": ["server/transport/t.h"]},
+                           "client/ may not include server/")
+
+    def test_server_uses_only_the_public_kernel_headers(self):
+        self.assert_breach({"server/s.cc": ["kernels/cuda/private.h"]},
+                           "not kernels/cuda/private.h")
+
+    def test_kernels_may_not_include_server_or_client(self):
+        self.assert_breach({"kernels/cuda/private.h": ["client/c.cc"]},
+                           "kernels/ may not include client/")
+
+    def test_common_may_not_include_kernels(self):
+        self.assert_breach({"common/gemm/g.h": ["kernels/gemm_backend.h"]},
+                           "common/ may not include kernels/")
+
+    def test_a_folder_cycle_is_reported_with_its_includes(self):
+        self.assert_breach(
+            {"server/transport/t.h": ["server/s.cc"]},
+            "include cycle between folders: server, server/ring, "
+            "server/transport")
+
+    def test_graph_counts_includes_between_folders(self):
+        code, out, _ = self.run_check(GOOD_TREE, "--graph")
+        self.assertEqual(code, 0)
+        rows = {tuple(line.split()) for line in out.splitlines()}
+        self.assertIn(("tests", "server", "1"), rows)
+        self.assertIn(("server", "kernels/cuda", "1"), rows)
+        # Generated and system headers are not part of the graph.
+        self.assertFalse(any("matmul/v1" in line for line in out.splitlines()))
+
+
+if __name__ == "__main__":
+    unittest.main()
