@@ -267,10 +267,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     auto lane =
         std::make_unique<Lane>(Lane{std::move(stream), std::move(start),
                                     std::move(stop), std::move(prepared)});
-    // cuBLASLt's workspace up front: a cudaMalloc inside the first timed
+    // The families' workspace up front: a cudaMalloc inside the first timed
     // product would count as kernel time (and synchronise the device).
-    RETURN_IF_ERROR(
-        lane->workspace.Reserve(selector->cublaslt().workspace_bytes()));
+    RETURN_IF_ERROR(lane->workspace.Reserve(selector->max_workspace_bytes()));
     lanes.push_back(std::move(lane));
   }
   ASSIGN_OR_RETURN(cuda::CudaStream serial_stream, cuda::CudaStream::Create());

@@ -7,8 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/gemm_family.h"
+#include "kernels/cuda/gemm_family_registry.h"
 #include "kernels/cuda/gpu_test_util.h"
-#include "kernels/cuda/own_kernels.h"
 
 namespace matmul {
 namespace {
@@ -367,7 +368,7 @@ TEST_F(CudaBackendTest, SeedShapeThroughRunHost) {
 // shared-memory limit imposed: RunHost and RunDevice must still be right.
 TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
   MATMUL_SKIP_WITHOUT_GPU();
-  if (!cuda::HaveOwnKernels()) {
+  if (!cuda::HasBuiltInFamily("mma")) {
     GTEST_SKIP() << "the mma library is not part of this build";
   }
   CudaBackendOptions options;

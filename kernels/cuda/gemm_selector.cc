@@ -21,14 +21,13 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_ops.h"
-#include "kernels/cuda/own_kernels.h"
+#include "kernels/cuda/gemm_family_registry.h"
 #include "kernels/gemm_batch.h"
 #include "nlohmann/json.hpp"
 
 namespace matmul::cuda {
 namespace {
 
-constexpr char kCublasLtPrefix[] = "cublaslt_algo";
 constexpr int kCacheFormat = 1;
 
 // What a canonical problem's a/b/c.pointers point at to say "pointer-array
@@ -40,22 +39,6 @@ bool PointerArrays(const GemmProblem& p) { return p.a.pointers != nullptr; }
 
 bool Broadcast(const GemmProblem& p, const InputMatrix& x) {
   return p.batch > 1 && x.pointers == nullptr && x.strides.batch == 0;
-}
-
-KernelChoice LtChoice(int index) {
-  KernelChoice choice;
-  choice.source = KernelChoice::Source::kCublasLt;
-  choice.index = index;
-  choice.name = absl::StrCat(kCublasLtPrefix, index);
-  return choice;
-}
-
-KernelChoice OwnChoice(const OwnKernel& kernel) {
-  KernelChoice choice;
-  choice.source = KernelChoice::Source::kOwn;
-  choice.index = kernel.index;
-  choice.name = kernel.name;
-  return choice;
 }
 
 double Median(std::vector<double> values) {
@@ -225,12 +208,17 @@ std::string GemmSelector::Key(const GemmProblem& p) {
 absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
     const SelectorOptions& options) {
   ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options.device));
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<CublasLtGemm> lt,
-      CublasLtGemm::Create(options.device, options.cublaslt_top_k));
+  FamilySettings settings;
+  settings.device = options.device;
+  settings.max_shared_bytes = options.max_shared_bytes;
+  settings.cublaslt_top_k = options.cublaslt_top_k;
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GemmFamily>> families,
+                   CreateFamilies(settings));
   int max_shared = options.max_shared_bytes;
   if (max_shared <= 0) {
-    ASSIGN_OR_RETURN(max_shared, MaxSharedBytesOptin(options.device));
+    for (const auto& family : families) {
+      max_shared = std::max(max_shared, family->shared_bytes_limit());
+    }
   }
   cudaDeviceProp prop;
   RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, options.device),
@@ -243,9 +231,11 @@ absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
   std::string environment = absl::StrCat(
       prop.name, "|cc", prop.major, ".", prop.minor, "|driver", driver,
       "|cudart", runtime, "|cublaslt", CublasLtGemm::Version(),
-      HaveOwnKernels() ? "|mma" : "|nomma");
+      // The cache key says whether the own kernels were there, as it
+      // always has: a cache tuned with them is not one tuned without.
+      HasBuiltInFamily("mma") ? "|mma" : "|nomma");
   auto selector = std::unique_ptr<GemmSelector>(new GemmSelector(
-      options, max_shared, std::move(environment), std::move(lt)));
+      options, max_shared, std::move(environment), std::move(families)));
   if (!options.cache_path.empty()) {
     absl::Status loaded = selector->LoadCache();
     // A damaged or foreign cache costs a re-tune, not the service.
@@ -262,11 +252,25 @@ absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
 
 GemmSelector::GemmSelector(const SelectorOptions& options, int max_shared_bytes,
                            std::string environment,
-                           std::unique_ptr<CublasLtGemm> lt)
+                           std::vector<std::unique_ptr<GemmFamily>> families)
     : options_(options),
       max_shared_bytes_(max_shared_bytes),
       environment_(std::move(environment)),
-      cublaslt_(std::move(lt)) {}
+      families_(std::move(families)) {}
+
+bool GemmSelector::Enabled(const GemmFamily& family) const {
+  if (family.name() == "mma") return options_.use_own_kernels;
+  if (family.name() == "cublaslt") return options_.use_cublaslt;
+  return true;
+}
+
+size_t GemmSelector::max_workspace_bytes() const {
+  size_t bytes = 0;
+  for (const auto& family : families_) {
+    bytes = std::max(bytes, family->MaxWorkspaceBytes());
+  }
+  return bytes;
+}
 
 GemmSelector::~GemmSelector() {
   {
@@ -287,73 +291,37 @@ size_t GemmSelector::tuned_count() const {
 
 absl::StatusOr<KernelChoice> GemmSelector::ChoiceFromName(
     const std::string& name) const {
-  if (absl::StartsWith(name, kCublasLtPrefix)) {
-    int index = 0;
-    if (!absl::SimpleAtoi(name.substr(sizeof(kCublasLtPrefix) - 1), &index) ||
-        index < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad cuBLASLt kernel name ", name));
-    }
-    return LtChoice(index);
-  }
-  for (const OwnKernel& kernel : OwnKernels()) {
-    if (kernel.name == name) return OwnChoice(kernel);
+  for (const auto& family : families_) {
+    absl::StatusOr<KernelChoice> choice = family->FromName(name);
+    if (choice.ok() || !absl::IsNotFound(choice.status())) return choice;
   }
   return absl::NotFoundError(absl::StrCat("unknown kernel ", name));
 }
 
 absl::Status GemmSelector::CanRun(const KernelChoice& choice,
                                   const GemmProblem& problem) {
-  if (choice.source == KernelChoice::Source::kOwn) {
-    if (!options_.use_own_kernels) {
-      return absl::FailedPreconditionError("own kernels disabled");
-    }
-    return OwnCanImplement(problem, choice.index, max_shared_bytes_);
+  if (!Enabled(*choice.family)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(choice.family->name(), " disabled"));
   }
-  if (!options_.use_cublaslt) {
-    return absl::FailedPreconditionError("cuBLASLt disabled");
-  }
-  return cublaslt_->GetPlan(problem).status();
+  return choice.family->CanImplement(choice, problem);
 }
 
 absl::StatusOr<KernelChoice> GemmSelector::Heuristic(
     const GemmProblem& problem) {
-  absl::Status lt_status = absl::FailedPreconditionError("cuBLASLt disabled");
-  if (options_.use_cublaslt) {
-    lt_status = cublaslt_->GetPlan(problem).status();
-    // cuBLASLt's own top heuristic pick is a good default for any shape.
-    if (lt_status.ok()) return LtChoice(0);
-  }
-  if (options_.use_own_kernels) {
-    int sms = 0;
-    RETURN_IF_ERROR(
-        CudaStatus(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount,
-                                          options_.device),
-                   "cudaDeviceGetAttribute(MultiProcessorCount)"));
-    // Largest tile that still gives every SM a tile; failing that, the one
-    // that makes the most tiles.
-    const OwnKernel* best = nullptr;
-    auto tiles = [&](const OwnKernel& k) {
-      return problem.batch * ((problem.m + k.block_m - 1) / k.block_m) *
-             ((problem.n + k.block_n - 1) / k.block_n);
-    };
-    auto better = [&](const OwnKernel& x, const OwnKernel& y) {
-      const bool x_fills = tiles(x) >= sms, y_fills = tiles(y) >= sms;
-      if (x_fills != y_fills) return x_fills;
-      if (x_fills) return x.block_m * x.block_n > y.block_m * y.block_n;
-      return tiles(x) > tiles(y);
-    };
-    for (const OwnKernel& kernel : OwnKernels()) {
-      if (!OwnCanImplement(problem, kernel.index, max_shared_bytes_).ok()) {
-        continue;
-      }
-      if (best == nullptr || better(kernel, *best)) best = &kernel;
+  // The first family, in order of preference, that offers a pick.
+  std::string reasons;
+  for (const auto& family : families_) {
+    absl::Status why = absl::FailedPreconditionError("disabled");
+    if (Enabled(*family)) {
+      absl::StatusOr<KernelChoice> choice = family->Heuristic(problem);
+      if (choice.ok()) return choice;
+      why = choice.status();
     }
-    if (best != nullptr) return OwnChoice(*best);
+    absl::StrAppend(&reasons, "; ", family->name(), ": ", why.message());
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("no kernel can run ", ShapeName(problem),
-                   "; cuBLASLt: ", lt_status.message()));
+      absl::StrCat("no kernel can run ", ShapeName(problem), reasons));
 }
 
 absl::StatusOr<KernelChoice> GemmSelector::Choose(const GemmProblem& problem) {
@@ -378,19 +346,11 @@ absl::Status GemmSelector::RunChoice(const KernelChoice& choice,
                                      const GemmProblem& problem,
                                      cudaStream_t stream,
                                      DeviceBuffer& workspace) {
-  if (choice.source == KernelChoice::Source::kOwn) {
-    RETURN_IF_ERROR(
-        workspace.Reserve(OwnWorkspaceBytes(problem, choice.index)));
-    return OwnRun(problem, choice.index, stream, workspace.data());
-  }
-  ASSIGN_OR_RETURN(std::shared_ptr<const CublasLtPlan> plan,
-                   cublaslt_->GetPlan(problem));
-  // A plan for this instance's exact strides may offer fewer candidates
-  // than the canonical one the choice was tuned on.
-  const int index = std::min(choice.index, plan->algo_count() - 1);
-  RETURN_IF_ERROR(workspace.Reserve(cublaslt_->workspace_bytes()));
-  return cublaslt_->Run(*plan, index, problem, stream, workspace.data(),
-                        workspace.size());
+  GemmFamily& family = *choice.family;
+  ASSIGN_OR_RETURN(size_t bytes, family.WorkspaceBytes(choice, problem));
+  RETURN_IF_ERROR(workspace.Reserve(bytes));
+  return family.Run(choice, problem, stream, workspace.data(),
+                    workspace.size());
 }
 
 absl::StatusOr<KernelChoice> GemmSelector::Run(const GemmProblem& problem,
@@ -423,30 +383,15 @@ absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeCandidates(
   // pointers, and alignment decides some of them.
   const GemmProblem& probe = data.problem(0);
   std::vector<CandidateTiming> timings;
-  if (options_.use_own_kernels) {
-    for (const OwnKernel& kernel : OwnKernels()) {
+  for (const auto& family : families_) {
+    if (!Enabled(*family)) continue;
+    for (GemmCandidate& c : family->Candidates(probe)) {
       CandidateTiming t;
-      t.choice = OwnChoice(kernel);
-      t.family = kernel.family;
-      t.shared_bytes = kernel.shared_bytes;
-      t.status = OwnCanImplement(probe, kernel.index, max_shared_bytes_);
-      timings.push_back(std::move(t));
-    }
-  }
-  if (options_.use_cublaslt) {
-    auto plan = cublaslt_->GetPlan(probe);
-    if (plan.ok()) {
-      for (int i = 0; i < (*plan)->algo_count(); ++i) {
-        CandidateTiming t;
-        t.choice = LtChoice(i);
-        t.family = "cublaslt";
-        timings.push_back(std::move(t));
-      }
-    } else {
-      CandidateTiming t;
-      t.choice = LtChoice(0);
-      t.family = "cublaslt";
-      t.status = plan.status();
+      t.choice = std::move(c.choice);
+      t.group = std::move(c.group);
+      t.shared_bytes = c.shared_bytes;
+      t.fits_spark = c.fits_spark;
+      t.status = std::move(c.status);
       timings.push_back(std::move(t));
     }
   }

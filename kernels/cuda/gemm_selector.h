@@ -1,5 +1,6 @@
-// GemmSelector: per-shape choice between the project's own kernels and
-// cuBLASLt's heuristic candidates, by timing them on the device.
+// GemmSelector: per-shape choice among the candidates of every kernel
+// family of the build (cuBLASLt's heuristic candidates, the project's own
+// mma kernels where built), by timing them on the device.
 //
 // A key is (shape M x N x K, operand layouts N/T, output dtype, batch and
 // broadcast flags) within an environment (GPU name, compute capability, CUDA
@@ -35,9 +36,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/gemm/gemm_problem.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_resources.h"
-#include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/gemm_family.h"
 
 namespace matmul::cuda {
 
@@ -52,6 +54,8 @@ struct SelectorOptions {
   // opt-in limit. Setting 101376 imposes the GB10's limit on any GPU.
   int max_shared_bytes = 0;
   int cublaslt_top_k = CublasLtGemm::kDefaultTopK;
+  // Which families the selector may use: the own kernels ("mma") and
+  // cuBLASLt ("cublaslt").
   bool use_own_kernels = true;
   bool use_cublaslt = true;
   // Timing effort per candidate: at least min_iterations timed runs, more
@@ -62,22 +66,13 @@ struct SelectorOptions {
   double target_seconds = 0.025;
 };
 
-// One runnable kernel.
-struct KernelChoice {
-  enum class Source { kOwn, kCublasLt };
-  Source source = Source::kCublasLt;
-  int index = 0;                // own config index, or cuBLASLt heuristic rank
-  std::string name;             // "mma_128x256x32_s4_w2x4", "cublaslt_algo0"
-  bool tuned = false;           // false: heuristic pick, not yet timed
-  double median_seconds = 0.0;  // when tuned
-};
-
 // The timing of one candidate on one key.
 struct CandidateTiming {
   KernelChoice choice;
-  std::string family;    // "mma_128x256", "cublaslt"
-  int shared_bytes = 0;  // own configs only
-  absl::Status status;   // not OK: could not run (then no times)
+  std::string group;        // GemmCandidate::group: "mma_128x256", "cublaslt"
+  int shared_bytes = 0;     // GemmCandidate::shared_bytes
+  bool fits_spark = false;  // GemmCandidate::fits_spark
+  absl::Status status;      // not OK: could not run (then no times)
   double median_seconds = 0.0;
   double min_seconds = 0.0;
   double max_seconds = 0.0;
@@ -99,7 +94,14 @@ class GemmSelector {
   const std::string& environment() const { return environment_; }
   int device() const { return options_.device; }
   int max_shared_bytes() const { return max_shared_bytes_; }
-  CublasLtGemm& cublaslt() { return *cublaslt_; }
+  // The kernel families of this build, in order of preference for an
+  // untimed pick (see gemm_family_registry.h).
+  const std::vector<std::unique_ptr<GemmFamily>>& families() const {
+    return families_;
+  }
+  // The most workspace any family asks for up front (see
+  // GemmFamily::MaxWorkspaceBytes).
+  size_t max_workspace_bytes() const;
 
   // The kernel to use for `problem`: the tuned pick when known, else a
   // heuristic one (queued for background tuning). Does no GPU work beyond
@@ -170,7 +172,11 @@ class GemmSelector {
 
  private:
   GemmSelector(const SelectorOptions& options, int max_shared_bytes,
-               std::string environment, std::unique_ptr<CublasLtGemm> lt);
+               std::string environment,
+               std::vector<std::unique_ptr<GemmFamily>> families);
+
+  // Whether the options let the selector use `family`.
+  bool Enabled(const GemmFamily& family) const;
 
   absl::Status LoadCache();
   absl::StatusOr<KernelChoice> Heuristic(const GemmProblem& problem);
@@ -181,7 +187,7 @@ class GemmSelector {
   const SelectorOptions options_;
   const int max_shared_bytes_;
   const std::string environment_;
-  std::unique_ptr<CublasLtGemm> cublaslt_;
+  const std::vector<std::unique_ptr<GemmFamily>> families_;
 
   mutable std::mutex mu_;
   absl::flat_hash_map<std::string, KernelChoice> choices_;  // guarded by mu_

@@ -7,8 +7,8 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/cuda/gemm_family.h"
 #include "kernels/cuda/gpu_test_util.h"
-#include "kernels/cuda/own_kernels.h"
 #include "nlohmann/json.hpp"
 
 namespace matmul::cuda {
@@ -90,7 +90,7 @@ TEST_F(GemmSelectorTest, TunePicksTheFastestCandidate) {
       EXPECT_GT(t.median_seconds, 0.0) << t.choice.name;
       EXPECT_LE(t.min_seconds, t.median_seconds);
     }
-    if (t.family != "cublaslt" && t.status.ok()) {
+    if (t.group != "cublaslt" && t.status.ok()) {
       EXPECT_LE(t.shared_bytes, (*selector)->max_shared_bytes());
     }
   }

@@ -29,8 +29,9 @@
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_ops.h"
+#include "kernels/cuda/gemm_family.h"
+#include "kernels/cuda/gemm_family_registry.h"
 #include "kernels/cuda/launch_names.h"
-#include "kernels/cuda/own_kernels.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, shapes,
@@ -139,14 +140,17 @@ struct Report {
   std::vector<Candidate> all;  // their `run` cleared once timed
 };
 
-absl::StatusOr<Report> SurveyOne(CublasLtGemm& lt, LaunchNames* names,
-                                 const BenchShape& shape,
-                                 const std::string& layout, cudaStream_t stream,
-                                 std::vector<CudaEvent>& events) {
+absl::StatusOr<Report> SurveyOne(
+    CublasLtGemm& lt, const std::vector<std::unique_ptr<GemmFamily>>& own,
+    LaunchNames* names, const BenchShape& shape, const std::string& layout,
+    cudaStream_t stream, std::vector<CudaEvent>& events) {
   GemmProblem p = MakeBenchProblem(shape, layout, DType::kBF16);
   size_t own_workspace = 0;
-  for (const OwnKernel& k : OwnKernels()) {
-    own_workspace = std::max(own_workspace, OwnWorkspaceBytes(p, k.index));
+  for (const auto& family : own) {
+    for (const GemmCandidate& c : family->Candidates(p)) {
+      absl::StatusOr<size_t> bytes = family->WorkspaceBytes(c.choice, p);
+      if (bytes.ok()) own_workspace = std::max(own_workspace, *bytes);
+    }
   }
   ASSIGN_OR_RETURN(Buffers buf,
                    MakeBuffers(p, std::max(lt.workspace_bytes(), own_workspace),
@@ -188,16 +192,19 @@ absl::StatusOr<Report> SurveyOne(CublasLtGemm& lt, LaunchNames* names,
   std::fprintf(stderr, "\n");
   for (const auto& r : surveyed)
     report.all.push_back(lt_candidate(r, "survey"));
-  for (const OwnKernel& k : OwnKernels()) {
-    if (!OwnCanImplement(p, k.index, kSparkSharedBytes).ok()) continue;
-    Candidate c;
-    c.label = k.name;
-    c.source = "own";
-    c.instruction = "mma.sync";
-    c.run = [p, index = k.index, &buf](cudaStream_t s) {
-      return OwnRun(p, index, s, buf.workspace.data());
-    };
-    report.all.push_back(std::move(c));
+  for (const auto& family : own) {
+    for (const GemmCandidate& k : family->Candidates(p)) {
+      if (!k.status.ok()) continue;
+      Candidate c;
+      c.label = k.choice.name;
+      c.source = "own";
+      c.instruction = "mma.sync";
+      c.run = [p, choice = k.choice, &buf](cudaStream_t s) {
+        return choice.family->Run(choice, p, s, buf.workspace.data(),
+                                  buf.workspace_bytes);
+      };
+      report.all.push_back(std::move(c));
+    }
   }
 
   // Survey pass: every candidate briefly, its kernels named on the first
@@ -374,6 +381,18 @@ absl::Status Main() {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
   ASSIGN_OR_RETURN(std::unique_ptr<CublasLtGemm> lt,
                    CublasLtGemm::Create(device));
+  // The own families (all but cuBLASLt), held to the GB10's limit: the
+  // Spark path.
+  FamilySettings settings;
+  settings.device = device;
+  settings.max_shared_bytes = kSparkSharedBytes;
+  std::vector<std::unique_ptr<GemmFamily>> own;
+  for (const FamilyFactory& factory : BuiltInFamilies()) {
+    if (factory.name == "cublaslt") continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<GemmFamily> family,
+                     factory.create(settings));
+    own.push_back(std::move(family));
+  }
   absl::StatusOr<std::unique_ptr<LaunchNames>> names = LaunchNames::Create();
   if (!names.ok()) {
     std::fprintf(stderr,
@@ -400,9 +419,9 @@ absl::Status Main() {
   nlohmann::json out = nlohmann::json::array();
   for (const BenchShape& shape : shapes) {
     for (const std::string& layout : layouts) {
-      ASSIGN_OR_RETURN(
-          Report r, SurveyOne(*lt, names.ok() ? names->get() : nullptr, shape,
-                              layout, stream.get(), events));
+      ASSIGN_OR_RETURN(Report r,
+                       SurveyOne(*lt, own, names.ok() ? names->get() : nullptr,
+                                 shape, layout, stream.get(), events));
       out.push_back(PrintReport(r));
       std::fflush(stdout);
     }
