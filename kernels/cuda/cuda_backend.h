@@ -43,10 +43,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/gemm/gemm_problem.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/gemm_selector.h"
 #include "kernels/gemm_backend.h"
-#include "common/gemm/gemm_problem.h"
 
 namespace matmul {
 

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/bf16.h"
-#include "common/status_macros.h"
 #include "common/gemm/reference_gemm.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_status.h"
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cuda/cuda_resources.h"
 #include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/cuda_resources.h"
 
 namespace matmul::testing {
 

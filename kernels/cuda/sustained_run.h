@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cuda/gemm_selector.h"
 #include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/gemm_selector.h"
 
 namespace matmul::cuda {
 
