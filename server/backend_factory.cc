@@ -13,19 +13,20 @@ namespace matmul {
 
 absl::StatusOr<std::unique_ptr<GemmBackend>> CreateBackend(
     const BackendOptions& options) {
-  const bool want_cuda = options.kind == "cuda" ||
-                         (options.kind == "auto" && CudaDeviceCount() > 0);
+  const bool want_cuda =
+      options.kind == "cuda" ||
+      (options.kind == "auto" && cuda::CudaDeviceCount() > 0);
   if (want_cuda) {
-    CudaBackendOptions cuda;
-    cuda.device = options.cuda_device;
-    cuda.tuning_cache_path = options.tuning_cache;
-    cuda.streams = options.cuda_streams;
-    cuda.serial_min_gflop_per_sm = options.cuda_serial_min_gflop_per_sm;
-    cuda.test_only_inject_fault_after =
+    cuda::CudaBackendOptions cuda_options;
+    cuda_options.device = options.cuda_device;
+    cuda_options.tuning_cache_path = options.tuning_cache;
+    cuda_options.streams = options.cuda_streams;
+    cuda_options.serial_min_gflop_per_sm = options.cuda_serial_min_gflop_per_sm;
+    cuda_options.test_only_inject_fault_after =
         options.test_only_inject_gpu_fault_after;
-    cuda.test_only_memory_headroom_bytes =
+    cuda_options.test_only_memory_headroom_bytes =
         options.test_only_gpu_memory_headroom_bytes;
-    return CreateCudaBackend(cuda);
+    return cuda::CreateCudaBackend(cuda_options);
   }
   if (options.kind == "cpu" || options.kind == "auto") {
     return CpuBackend::Create(options.cpu_threads);
@@ -38,7 +39,7 @@ absl::StatusOr<std::vector<std::unique_ptr<GemmBackend>>> CreateBackends(
     const BackendOptions& options) {
   std::vector<int> devices;
   if (options.cuda_devices == "all") {
-    for (int d = 0; d < CudaDeviceCount(); ++d) devices.push_back(d);
+    for (int d = 0; d < cuda::CudaDeviceCount(); ++d) devices.push_back(d);
     if (devices.empty()) {
       return absl::UnavailableError("--cuda_devices=all: no CUDA device");
     }

@@ -19,7 +19,7 @@
 #include "common/flags_help.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/bench_common.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_selector.h"
 #include "kernels/cuda/sustained_run.h"
 #include "nlohmann/json.hpp"

@@ -11,7 +11,7 @@
 #include "kernels/cuda/gemm_family_registry.h"
 #include "kernels/cuda/gpu_test_util.h"
 
-namespace matmul {
+namespace matmul::cuda {
 namespace {
 
 using ::matmul::testing::MakeHostProblem;
@@ -256,8 +256,8 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
 }
 
 // Products that fill the GPU from eight threads at once, through RunDevice
-// and RunHost: four on lanes (they overlap) and four on the stream all
-// lanes share (a tiny serial_min_gflop_per_sm: one after another, timed by
+// and RunHost: four on stream slots (they overlap) and four on the stream
+// all slots share (a tiny serial_min_gflop_per_sm: one after another, timed by
 // one mark between consecutive products). Each caller must still get its
 // own complete output and a kernel time of its own.
 TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
@@ -270,14 +270,14 @@ TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
   options.background_tuning = false;
   options.streams = kThreads;
   // These products are far below the default serial_min_gflop_per_sm.
-  auto lanes = CudaBackend::Create(options);
-  ASSERT_TRUE(lanes.ok()) << lanes.status();
+  auto slots = CudaBackend::Create(options);
+  ASSERT_TRUE(slots.ok()) << slots.status();
   options.serial_min_gflop_per_sm = 1e-6;
   auto serial = CudaBackend::Create(options);
   ASSERT_TRUE(serial.ok()) << serial.status();
   std::vector<std::thread> threads;
   for (int t = 0; t < 2 * kThreads; ++t) {
-    CudaBackend* backend = t < kThreads ? lanes->get() : serial->get();
+    CudaBackend* backend = t < kThreads ? slots->get() : serial->get();
     threads.emplace_back([backend, t, side] {
       std::mt19937_64 rng(1000 + t);
       for (int i = 0; i < kEach; ++i) {
@@ -402,4 +402,4 @@ TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
 }
 
 }  // namespace
-}  // namespace matmul
+}  // namespace matmul::cuda

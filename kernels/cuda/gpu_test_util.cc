@@ -6,8 +6,8 @@
 #include "common/bf16.h"
 #include "common/gemm/reference_gemm.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_info.h"
 
 namespace matmul::testing {
 namespace {
@@ -63,7 +63,7 @@ void ForEachElement(const Strides& s, int64_t entries, int64_t batch_stride,
 }  // namespace
 
 std::string NoGpuReason() {
-  if (CudaDeviceCount() == 0) {
+  if (cuda::CudaDeviceCount() == 0) {
     return "no CUDA device or driver on this machine; GPU test not run";
   }
   return "";

@@ -20,7 +20,7 @@ namespace matmul::cuda {
 
 struct SustainedOptions {
   double seconds = 3.0;  // each measured phase, after as long a warm-up
-  // Distinct A and C, like this many clients (and streams in the lanes
+  // Distinct A and C, like this many clients (and streams in the streams
   // phase).
   int operand_sets = 4;
   // Called as each kernel's warm-up starts (progress, clock logs).
