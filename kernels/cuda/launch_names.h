@@ -7,11 +7,12 @@
 #define MATMUL_KERNELS_CUDA_LAUNCH_NAMES_H_
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace matmul::cuda {
 
@@ -34,8 +35,8 @@ class LaunchNames {
   LaunchNames() = default;
 
   void* subscriber_ = nullptr;  // CUpti_SubscriberHandle
-  std::mutex mu_;
-  std::vector<std::string> names_;  // guarded by mu_
+  absl::Mutex mu_;
+  std::vector<std::string> names_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace matmul::cuda
