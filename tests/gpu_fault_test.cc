@@ -16,7 +16,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/tests/gpu_test_util.h"
 #include "tests/test_daemon.h"
 
 namespace matmul {

@@ -5,7 +5,7 @@
 //   {"format": 1, "environments": {"<environment>": {
 //     "max_shared_bytes": 232448,
 //     "choices": {"<selector key>": {"kernel": "cublaslt_algo0",
-//                                    "median_seconds": 5.6e-05,
+//                                    "median_seconds": ...,
 //                                    "tuned_at": "..."}}}}}
 //
 // The kernel names and keys are the selector's (GemmSelector::Key and the

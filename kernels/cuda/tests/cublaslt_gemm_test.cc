@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_resources.h"
-#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/tests/gpu_test_util.h"
 
 namespace matmul::cuda {
 namespace {

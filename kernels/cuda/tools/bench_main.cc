@@ -18,10 +18,10 @@
 #include "absl/strings/str_split.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/bench_common.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_selector.h"
-#include "kernels/cuda/sustained_run.h"
+#include "kernels/cuda/tools/bench_common.h"
+#include "kernels/cuda/tools/sustained_run.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, shapes,

@@ -23,7 +23,6 @@
 #include "absl/strings/str_join.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/bench_common.h"
 #include "kernels/cuda/candidate_timer.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_resources.h"
@@ -32,7 +31,8 @@
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/gemm_family.h"
 #include "kernels/cuda/gemm_family_registry.h"
-#include "kernels/cuda/launch_names.h"
+#include "kernels/cuda/tools/bench_common.h"
+#include "kernels/cuda/tools/launch_names.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, shapes,

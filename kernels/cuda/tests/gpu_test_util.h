@@ -1,8 +1,8 @@
 // Test helpers shared by this folder's GPU tests: random host problems in
 // every layout the GemmProblem contract allows, poisoned outputs, device
 // copies, and the FP64 check.
-#ifndef MATMUL_KERNELS_CUDA_GPU_TEST_UTIL_H_
-#define MATMUL_KERNELS_CUDA_GPU_TEST_UTIL_H_
+#ifndef MATMUL_KERNELS_CUDA_TESTS_GPU_TEST_UTIL_H_
+#define MATMUL_KERNELS_CUDA_TESTS_GPU_TEST_UTIL_H_
 
 #include <cstdint>
 #include <random>
@@ -80,4 +80,4 @@ absl::Status Download(const DeviceProblem& device, HostProblem& host);
 
 }  // namespace matmul::testing
 
-#endif  // MATMUL_KERNELS_CUDA_GPU_TEST_UTIL_H_
+#endif  // MATMUL_KERNELS_CUDA_TESTS_GPU_TEST_UTIL_H_

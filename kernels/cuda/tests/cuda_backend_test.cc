@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/gemm_family.h"
 #include "kernels/cuda/gemm_family_registry.h"
-#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/tests/gpu_test_util.h"
 
 namespace matmul::cuda {
 namespace {

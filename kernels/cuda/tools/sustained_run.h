@@ -6,8 +6,8 @@
 // operands in L2; this is the standalone figure a service run compares
 // with. It also measures what an event after each product costs, and what
 // running the products on several streams at once gives.
-#ifndef MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
-#define MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
+#ifndef MATMUL_KERNELS_CUDA_TOOLS_SUSTAINED_RUN_H_
+#define MATMUL_KERNELS_CUDA_TOOLS_SUSTAINED_RUN_H_
 
 #include <functional>
 #include <vector>
@@ -52,4 +52,4 @@ absl::StatusOr<std::vector<SustainedResult>> RunSustained(
 
 }  // namespace matmul::cuda
 
-#endif  // MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
+#endif  // MATMUL_KERNELS_CUDA_TOOLS_SUSTAINED_RUN_H_

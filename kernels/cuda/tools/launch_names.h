@@ -3,8 +3,8 @@
 // ran but not which instruction its kernel uses; the kernel's name does
 // (e.g. "tensor16x8x16" for mma.sync, "gmma" or "nvjet" for Hopper's
 // wgmma kernels), so cublaslt-survey records it.
-#ifndef MATMUL_KERNELS_CUDA_LAUNCH_NAMES_H_
-#define MATMUL_KERNELS_CUDA_LAUNCH_NAMES_H_
+#ifndef MATMUL_KERNELS_CUDA_TOOLS_LAUNCH_NAMES_H_
+#define MATMUL_KERNELS_CUDA_TOOLS_LAUNCH_NAMES_H_
 
 #include <memory>
 #include <string>
@@ -41,4 +41,4 @@ class LaunchNames {
 
 }  // namespace matmul::cuda
 
-#endif  // MATMUL_KERNELS_CUDA_LAUNCH_NAMES_H_
+#endif  // MATMUL_KERNELS_CUDA_TOOLS_LAUNCH_NAMES_H_

@@ -1,4 +1,4 @@
-#include "kernels/cuda/sustained_run.h"
+#include "kernels/cuda/tools/sustained_run.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/tests/gpu_test_util.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "kernels/cuda/launch_names.h"
+#include "kernels/cuda/tools/launch_names.h"
 
 #include <cupti.h>
 
