@@ -10,11 +10,8 @@
 namespace matmul::cuda {
 
 std::vector<FamilyFactory> BuiltInFamilies() {
-  std::vector<FamilyFactory> factories = {
-      {CublasLtFamily::kName, &CublasLtFamily::CreateFamily}};
-  for (FamilyFactory& optional : OptionalFamilies()) {
-    factories.push_back(std::move(optional));
-  }
+  std::vector<FamilyFactory> factories = OptionalFamilies();
+  factories.push_back({CublasLtFamily::kName, &CublasLtFamily::CreateFamily});
   return factories;
 }
 

@@ -32,9 +32,8 @@ struct FamilyFactory {
       const FamilySettings& settings);
 };
 
-// Every family of this build, in the order the selector prefers them for
-// an untimed pick: cuBLASLt (its heuristic's first candidate is a good
-// default for any shape), then the optional ones.
+// Every family of this build, in the order their candidates are listed and
+// timed: the optional ones (the own kernels), then cuBLASLt.
 std::vector<FamilyFactory> BuiltInFamilies();
 
 // Whether the family called `name` is part of this build.

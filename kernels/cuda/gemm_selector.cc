@@ -131,9 +131,17 @@ absl::Status GemmSelector::CanRun(const KernelChoice& choice,
 
 absl::StatusOr<KernelChoice> GemmSelector::Heuristic(
     const GemmProblem& problem) {
-  // The first family, in order of preference, that offers a pick.
-  std::string reasons;
+  // cuBLASLt's own top heuristic pick is a good default for any shape: its
+  // family is asked first, then the others in registry order.
+  std::vector<GemmFamily*> order;
   for (const auto& family : families_) {
+    if (family->name() == "cublaslt") order.push_back(family.get());
+  }
+  for (const auto& family : families_) {
+    if (family->name() != "cublaslt") order.push_back(family.get());
+  }
+  std::string reasons;
+  for (GemmFamily* family : order) {
     absl::Status why = absl::FailedPreconditionError("disabled");
     if (Enabled(*family)) {
       absl::StatusOr<KernelChoice> choice = family->Heuristic(problem);

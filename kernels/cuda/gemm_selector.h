@@ -13,10 +13,9 @@
 // does not re-tune.
 //
 // Choose() never blocks on timing: an unknown key gets a heuristic pick at
-// once (the first family, in order of preference, that offers one:
-// cuBLASLt's first candidate, else the own config whose tiles best fill the
-// device) and, when background tuning is on, is queued for a worker thread
-// (background_tuner.h) that times it and replaces the pick. All public
+// once (cuBLASLt's first candidate, else the own config whose tiles best
+// fill the device) and, when background tuning is on, is queued for a worker
+// thread (background_tuner.h) that times it and replaces the pick. All public
 // methods are thread-safe.
 #ifndef MATMUL_KERNELS_CUDA_GEMM_SELECTOR_H_
 #define MATMUL_KERNELS_CUDA_GEMM_SELECTOR_H_
@@ -100,8 +99,8 @@ class GemmSelector {
   const std::string& environment() const { return environment_; }
   int device() const { return options_.device; }
   int max_shared_bytes() const { return max_shared_bytes_; }
-  // The kernel families of this build, in order of preference for an
-  // untimed pick (see gemm_family_registry.h).
+  // The kernel families of this build, in the order their candidates are
+  // listed and timed (see gemm_family_registry.h).
   const std::vector<std::unique_ptr<GemmFamily>>& families() const {
     return families_;
   }

@@ -14,9 +14,9 @@
 namespace matmul::cuda {
 namespace {
 
-using ::matmul::testing::MakeHostProblem;
-using ::matmul::testing::OperandLayout;
-using ::matmul::testing::ProblemSpec;
+using ::matmul::cuda::testing::MakeHostProblem;
+using ::matmul::cuda::testing::OperandLayout;
+using ::matmul::cuda::testing::ProblemSpec;
 
 TEST(CudaBackendNoGpu, DeviceCountNeverCrashes) {
   const int count = CudaDeviceCount();
@@ -82,20 +82,20 @@ class CudaBackendTest : public ::testing::Test {
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_FALSE(info->kernel.empty());
     EXPECT_GT(info->kernel_seconds, 0.0);
-    EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-    EXPECT_FALSE(::matmul::testing::OutsideWritten(host)) << info->kernel;
+    EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2) << info->kernel;
+    EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host)) << info->kernel;
   }
 
   void CheckDevice(const ProblemSpec& spec) {
     SCOPED_TRACE(spec.Name());
     auto host = MakeHostProblem(spec, rng_);
-    auto device = ::matmul::testing::Upload(host);
+    auto device = ::matmul::cuda::testing::Upload(host);
     ASSERT_TRUE(device.ok()) << device.status();
     auto info = backend_->RunDevice(device->problem);
     ASSERT_TRUE(info.ok()) << info.status();
-    ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
-    EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-    EXPECT_FALSE(::matmul::testing::OutsideWritten(host)) << info->kernel;
+    ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
+    EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2) << info->kernel;
+    EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host)) << info->kernel;
   }
 
   std::unique_ptr<CudaBackend> backend_;
@@ -174,8 +174,8 @@ TEST_F(CudaBackendTest, BatchedLaunchesGiveEveryProductItsOwnResult) {
         spec.c_dtype = dtype;
         spec.beta = dtype == DType::kFP32 ? 0.5f : 0.0f;
         SCOPED_TRACE(spec.Name() + (on_device ? " on device" : " staged"));
-        std::vector<::matmul::testing::HostProblem> hosts;
-        std::vector<::matmul::testing::DeviceProblem> devices;
+        std::vector<::matmul::cuda::testing::HostProblem> hosts;
+        std::vector<::matmul::cuda::testing::DeviceProblem> devices;
         hosts.reserve(5);
         devices.reserve(5);
         std::vector<const GemmProblem*> problems;
@@ -183,7 +183,7 @@ TEST_F(CudaBackendTest, BatchedLaunchesGiveEveryProductItsOwnResult) {
           spec.batch = i == 3 ? 2 : 1;  // a bmm request joins as 2 entries
           hosts.push_back(MakeHostProblem(spec, rng_));
           if (on_device) {
-            auto device = ::matmul::testing::Upload(hosts.back());
+            auto device = ::matmul::cuda::testing::Upload(hosts.back());
             ASSERT_TRUE(device.ok()) << device.status();
             devices.push_back(*std::move(device));
             problems.push_back(&devices.back().problem);
@@ -196,11 +196,12 @@ TEST_F(CudaBackendTest, BatchedLaunchesGiveEveryProductItsOwnResult) {
         EXPECT_GT(info->kernel_seconds, 0.0);
         for (int i = 0; i < 5; ++i) {
           if (on_device) {
-            ASSERT_TRUE(::matmul::testing::Download(devices[i], hosts[i]).ok());
+            ASSERT_TRUE(
+                ::matmul::cuda::testing::Download(devices[i], hosts[i]).ok());
           }
-          EXPECT_LT(::matmul::testing::CheckError(hosts[i]), 1e-2)
+          EXPECT_LT(::matmul::cuda::testing::CheckError(hosts[i]), 1e-2)
               << "product " << i << ", " << info->kernel;
-          EXPECT_FALSE(::matmul::testing::OutsideWritten(hosts[i]));
+          EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
         }
       }
     }
@@ -224,8 +225,8 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
         spec.beta = dtype == DType::kFP32 ? 0.5f : 0.0f;
         SCOPED_TRACE(spec.Name());
         constexpr int kProducts = 7;
-        std::vector<::matmul::testing::HostProblem> hosts;
-        std::vector<::matmul::testing::DeviceProblem> devices;
+        std::vector<::matmul::cuda::testing::HostProblem> hosts;
+        std::vector<::matmul::cuda::testing::DeviceProblem> devices;
         hosts.reserve(kProducts);
         devices.reserve(kProducts);
         std::vector<const GemmProblem*> problems;
@@ -234,7 +235,7 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
           // Every product's reference uses the first one's B.
           std::copy(hosts.front().b.begin(), hosts.front().b.end(),
                     hosts.back().b.begin());
-          auto device = ::matmul::testing::Upload(hosts.back());
+          auto device = ::matmul::cuda::testing::Upload(hosts.back());
           ASSERT_TRUE(device.ok()) << device.status();
           devices.push_back(*std::move(device));
           devices.back().problem.b.data = devices.front().problem.b.data;
@@ -245,10 +246,11 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
         EXPECT_NE(info->kernel.find("+stacked"), std::string::npos)
             << info->kernel;
         for (int i = 0; i < kProducts; ++i) {
-          ASSERT_TRUE(::matmul::testing::Download(devices[i], hosts[i]).ok());
-          EXPECT_LT(::matmul::testing::CheckError(hosts[i]), 1e-2)
+          ASSERT_TRUE(
+              ::matmul::cuda::testing::Download(devices[i], hosts[i]).ok());
+          EXPECT_LT(::matmul::cuda::testing::CheckError(hosts[i]), 1e-2)
               << "product " << i << ", " << info->kernel;
-          EXPECT_FALSE(::matmul::testing::OutsideWritten(hosts[i]));
+          EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
         }
       }
     }
@@ -290,18 +292,19 @@ TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
         auto host = MakeHostProblem(spec, rng);
         absl::StatusOr<GemmRunInfo> info;
         if (i % 2 == 0) {
-          auto device = ::matmul::testing::Upload(host);
+          auto device = ::matmul::cuda::testing::Upload(host);
           ASSERT_TRUE(device.ok()) << device.status();
           info = backend->RunDevice(device->problem);
           ASSERT_TRUE(info.ok()) << info.status();
-          ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+          ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
         } else {
           info = backend->RunHost(host.problem);
           ASSERT_TRUE(info.ok()) << info.status();
         }
         EXPECT_GT(info->kernel_seconds, 0.0);
-        EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-        EXPECT_FALSE(::matmul::testing::OutsideWritten(host));
+        EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2)
+            << info->kernel;
+        EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host));
       }
     });
   }
@@ -324,7 +327,7 @@ TEST_F(CudaBackendTest, HostAndDeviceOperandsMixInOneProduct) {
       spec.beta = 0.25f;
       SCOPED_TRACE(spec.Name());
       auto host = MakeHostProblem(spec, rng_);
-      auto device = ::matmul::testing::Upload(host);
+      auto device = ::matmul::cuda::testing::Upload(host);
       ASSERT_TRUE(device.ok()) << device.status();
       GemmProblem mixed = host.problem;  // B from the host
       mixed.a = device->problem.a;       // A from the device
@@ -332,24 +335,25 @@ TEST_F(CudaBackendTest, HostAndDeviceOperandsMixInOneProduct) {
       auto info = backend_->RunHost(mixed);
       ASSERT_TRUE(info.ok()) << info.status();
       if (c_on_device) {
-        ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+        ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
       }
-      EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-      EXPECT_FALSE(::matmul::testing::OutsideWritten(host));
+      EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2)
+          << info->kernel;
+      EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host));
     }
   }
 }
 
 TEST_F(CudaBackendTest, RandomHostCases) {
   for (int i = 0; i < 150; ++i) {
-    CheckHost(::matmul::testing::RandomSpec(rng_, 160, true, true));
+    CheckHost(::matmul::cuda::testing::RandomSpec(rng_, 160, true, true));
     if (HasFatalFailure()) return;
   }
 }
 
 TEST_F(CudaBackendTest, RandomDeviceCases) {
   for (int i = 0; i < 60; ++i) {
-    CheckDevice(::matmul::testing::RandomSpec(rng_, 160, true, true));
+    CheckDevice(::matmul::cuda::testing::RandomSpec(rng_, 160, true, true));
     if (HasFatalFailure()) return;
   }
 }
@@ -379,7 +383,8 @@ TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
   ASSERT_TRUE(backend.ok()) << backend.status();
   std::mt19937_64 rng(99);
   for (int i = 0; i < 60; ++i) {
-    ProblemSpec spec = ::matmul::testing::RandomSpec(rng, 200, true, true);
+    ProblemSpec spec =
+        ::matmul::cuda::testing::RandomSpec(rng, 200, true, true);
     // The own kernels write row-major C only; the backend packs A and B.
     spec.c = OperandLayout::kRowMajor;
     SCOPED_TRACE(spec.Name());
@@ -388,16 +393,16 @@ TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
                            : absl::StatusOr<GemmRunInfo>(
                                  absl::UnknownError("device path below"));
     if (i % 2 == 1) {
-      auto device = ::matmul::testing::Upload(host);
+      auto device = ::matmul::cuda::testing::Upload(host);
       ASSERT_TRUE(device.ok());
       info = (*backend)->RunDevice(device->problem);
       ASSERT_TRUE(info.ok()) << info.status();
-      ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+      ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
     }
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->kernel.rfind("mma_", 0), 0u) << info->kernel;
-    EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-    EXPECT_FALSE(::matmul::testing::OutsideWritten(host)) << info->kernel;
+    EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2) << info->kernel;
+    EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host)) << info->kernel;
   }
 }
 

@@ -9,7 +9,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_info.h"
 
-namespace matmul::testing {
+namespace matmul::cuda::testing {
 namespace {
 
 struct Placement {
@@ -322,4 +322,4 @@ absl::Status Download(const DeviceProblem& device, HostProblem& host) {
                           "cudaMemcpy");
 }
 
-}  // namespace matmul::testing
+}  // namespace matmul::cuda::testing
