@@ -4,11 +4,11 @@
 
 namespace matmul {
 
-int CudaDevicesPresent() { return CudaDeviceCount(); }
+int CudaDevicesPresent() { return cuda::CudaDeviceCount(); }
 
 absl::StatusOr<std::unique_ptr<GemmBackend>> CreateCudaBackendFromOptions(
     const BackendOptions& options) {
-  CudaBackendOptions cuda;
+  cuda::CudaBackendOptions cuda;
   cuda.device = options.cuda_device;
   cuda.tuning_cache_path = options.tuning_cache;
   cuda.streams = options.cuda_streams;
@@ -16,7 +16,7 @@ absl::StatusOr<std::unique_ptr<GemmBackend>> CreateCudaBackendFromOptions(
   cuda.test_only_inject_fault_after = options.test_only_inject_gpu_fault_after;
   cuda.test_only_memory_headroom_bytes =
       options.test_only_gpu_memory_headroom_bytes;
-  return CreateCudaBackend(cuda);
+  return cuda::CreateCudaBackend(cuda);
 }
 
 }  // namespace matmul

@@ -16,7 +16,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/tests/gpu_test_util.h"
 #include "tests/test_daemon.h"
 
 namespace matmul {
@@ -39,10 +39,10 @@ HealthStatus Health(const std::string& target) {
 }
 
 std::function<std::unique_ptr<GemmBackend>()> CudaBackendMaker(
-    const CudaBackendOptions& options) {
+    const cuda::CudaBackendOptions& options) {
   return [options]() -> std::unique_ptr<GemmBackend> {
     absl::StatusOr<std::unique_ptr<GemmBackend>> backend =
-        CreateCudaBackend(options);
+        cuda::CreateCudaBackend(options);
     if (!backend.ok()) {
       std::fprintf(stderr, "CUDA backend: %s\n",
                    backend.status().ToString().c_str());
@@ -67,7 +67,7 @@ const char* CodeName(const absl::Status& status) {
 // Prints what it saw on stderr (the parent matches it) and exits 3, the
 // daemon's device-lost code, once the server reported the loss.
 void FaultScenario() {
-  CudaBackendOptions cuda;
+  cuda::CudaBackendOptions cuda;
   cuda.background_tuning = false;
   cuda.streams = 1;
   cuda.test_only_inject_fault_after = 2;
@@ -117,7 +117,7 @@ TEST(GpuFaultTest, APoisonedContextStopsServingAndAnswersUnavailable) {
 
 TEST(GpuFaultTest, OutOfMemoryFailsThatRequestAndServingGoesOn) {
   MATMUL_SKIP_WITHOUT_GPU();
-  CudaBackendOptions cuda;
+  cuda::CudaBackendOptions cuda;
   cuda.background_tuning = false;
   cuda.streams = 1;
   // All but 16 MiB of the GPU's memory is taken, so a product with a

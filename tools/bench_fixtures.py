@@ -1,7 +1,7 @@
 """Results in the formats the project's benchmark binaries write, for the
 tests of tools/plot_bench.py and tools/benchmarks_page.py. Field names and
 nesting follow the writers: client/bench/bench_report.cc (ToJson, what
-`matmul-cli bench --save` writes) and kernels/cuda/bench_main.cc (what
+`matmul-cli bench --save` writes) and kernels/cuda/tools/bench_main.cc (what
 `matmul-bench --json` writes)."""
 
 

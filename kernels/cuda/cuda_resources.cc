@@ -118,7 +118,7 @@ absl::Status CudaEvent::Synchronize() const {
 absl::StatusOr<std::shared_ptr<CudaEvent>> EventPool::Take() {
   std::unique_ptr<CudaEvent> event;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!free_.empty()) {
       event = std::move(free_.back());
       free_.pop_back();
@@ -129,7 +129,7 @@ absl::StatusOr<std::shared_ptr<CudaEvent>> EventPool::Take() {
     event = std::make_unique<CudaEvent>(std::move(created));
   }
   return std::shared_ptr<CudaEvent>(event.release(), [this](CudaEvent* e) {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     free_.emplace_back(e);
   });
 }

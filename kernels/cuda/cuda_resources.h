@@ -9,11 +9,12 @@
 
 #include <cstddef>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace matmul::cuda {
 
@@ -112,8 +113,8 @@ class EventPool {
   absl::StatusOr<std::shared_ptr<CudaEvent>> Take();
 
  private:
-  std::mutex mu_;
-  std::vector<std::unique_ptr<CudaEvent>> free_;  // guarded by mu_
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<CudaEvent>> free_ ABSL_GUARDED_BY(mu_);
 };
 
 // Makes `device` current for the calling thread for the object's lifetime

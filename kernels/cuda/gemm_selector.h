@@ -1,43 +1,47 @@
-// GemmSelector: per-shape choice between the project's own kernels and
-// cuBLASLt's heuristic candidates, by timing them on the device.
+// GemmSelector: the choice policy. Per selector key (selector_key.h) it
+// picks one kernel among the candidates of every kernel family of the build
+// (gemm_family_registry.h: cuBLASLt's heuristic candidates, the project's
+// own mma kernels where built) by timing them on the device, within an
+// environment (GPU name, compute capability, CUDA driver, runtime and
+// cuBLASLt versions, whether the mma family is there).
 //
-// A key is (shape M x N x K, operand layouts N/T, output dtype, batch and
-// broadcast flags) within an environment (GPU name, compute capability, CUDA
-// driver, runtime and cuBLASLt versions). For each key the selector times
-// every own config that fits the device's opt-in shared memory (read at run
-// time, or an imposed limit) and passes CanImplement, plus cuBLASLt's top-k,
-// with CUDA events (median of many runs after warm-up, rotating among input
-// copies when they would fit in L2), and keeps the fastest. Choices live in
-// memory and in a JSON file, so a restart does not re-tune.
+// Tuning a key times every candidate that passes CanImplement (own configs
+// only within the device's opt-in shared memory, or an imposed limit) with
+// CUDA events (candidate_timer.h: median of many runs after warm-up, on
+// private operands rotated so they do not sit in L2) and keeps the fastest.
+// Choices live in memory and in a JSON file (tuning_cache.h), so a restart
+// does not re-tune.
 //
 // Choose() never blocks on timing: an unknown key gets a heuristic pick at
-// once (cuBLASLt's first candidate, else the first own config that fits)
-// and, when background tuning is on, is queued for a worker thread that
-// times it and replaces the pick. All public methods are thread-safe.
+// once (cuBLASLt's first candidate, else the own config whose tiles best
+// fill the device) and, when background tuning is on, is queued for a worker
+// thread (background_tuner.h) that times it and replaces the pick. All public
+// methods are thread-safe.
 #ifndef MATMUL_KERNELS_CUDA_GEMM_SELECTOR_H_
 #define MATMUL_KERNELS_CUDA_GEMM_SELECTOR_H_
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/background_tuner.h"
+#include "kernels/cuda/candidate_timer.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_resources.h"
-#include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/gemm_family.h"
+#include "kernels/cuda/selector_key.h"
+#include "kernels/cuda/tuning_cache.h"
 
 namespace matmul::cuda {
 
@@ -52,6 +56,8 @@ struct SelectorOptions {
   // opt-in limit. Setting 101376 imposes the GB10's limit on any GPU.
   int max_shared_bytes = 0;
   int cublaslt_top_k = CublasLtGemm::kDefaultTopK;
+  // Which families the selector may use: the own kernels ("mma") and
+  // cuBLASLt ("cublaslt").
   bool use_own_kernels = true;
   bool use_cublaslt = true;
   // Timing effort per candidate: at least min_iterations timed runs, more
@@ -62,22 +68,13 @@ struct SelectorOptions {
   double target_seconds = 0.025;
 };
 
-// One runnable kernel.
-struct KernelChoice {
-  enum class Source { kOwn, kCublasLt };
-  Source source = Source::kCublasLt;
-  int index = 0;                // own config index, or cuBLASLt heuristic rank
-  std::string name;             // "mma_128x256x32_s4_w2x4", "cublaslt_algo0"
-  bool tuned = false;           // false: heuristic pick, not yet timed
-  double median_seconds = 0.0;  // when tuned
-};
-
 // The timing of one candidate on one key.
 struct CandidateTiming {
   KernelChoice choice;
-  std::string family;    // "mma_128x256", "cublaslt"
-  int shared_bytes = 0;  // own configs only
-  absl::Status status;   // not OK: could not run (then no times)
+  std::string group;        // GemmCandidate::group: "mma_128x256", "cublaslt"
+  int shared_bytes = 0;     // GemmCandidate::shared_bytes
+  bool fits_spark = false;  // GemmCandidate::fits_spark
+  absl::Status status;      // not OK: could not run (then no times)
   double median_seconds = 0.0;
   double min_seconds = 0.0;
   double max_seconds = 0.0;
@@ -93,13 +90,23 @@ class GemmSelector {
   GemmSelector(const GemmSelector&) = delete;
   GemmSelector& operator=(const GemmSelector&) = delete;
 
-  // The selector key of a problem, e.g. "5120x2048x2048:NT:bf16:b1".
-  static std::string Key(const GemmProblem& problem);
-  // "NVIDIA H200|cc9.0|driver13000|cudart13000|cublaslt130100".
+  // The selector key of a problem, e.g. "5120x2048x2048:NT:bf16:b1" (see
+  // SelectorKey).
+  static std::string Key(const GemmProblem& problem) {
+    return SelectorKey(problem);
+  }
+  // "NVIDIA H200|cc9.0|driver13000|cudart13000|cublaslt130100|mma".
   const std::string& environment() const { return environment_; }
   int device() const { return options_.device; }
   int max_shared_bytes() const { return max_shared_bytes_; }
-  CublasLtGemm& cublaslt() { return *cublaslt_; }
+  // The kernel families of this build, in the order their candidates are
+  // listed and timed (see gemm_family_registry.h).
+  const std::vector<std::unique_ptr<GemmFamily>>& families() const {
+    return families_;
+  }
+  // The most workspace any family asks for up front (see
+  // GemmFamily::MaxWorkspaceBytes).
+  size_t max_workspace_bytes() const;
 
   // The kernel to use for `problem`: the tuned pick when known, else a
   // heuristic one (queued for background tuning). Does no GPU work beyond
@@ -119,8 +126,9 @@ class GemmSelector {
   absl::StatusOr<std::vector<CandidateTiming>> TimeCandidates(
       const GemmProblem& problem);
 
-  // Times the given choices interleaved round-robin on the same private
-  // data, so that drift affects them alike (matmul-bench's final columns).
+  // Times the given choices interleaved, in a random order each round, on
+  // the same private data, so that drift affects them alike (matmul-bench's
+  // final columns).
   absl::StatusOr<std::vector<CandidateTiming>> TimeChoices(
       const GemmProblem& problem, const std::vector<KernelChoice>& choices);
 
@@ -146,7 +154,7 @@ class GemmSelector {
 
   // Called by the background worker around each key it times; what it
   // returns is held for the timing. The CUDA backend passes a guard that
-  // holds all its lanes, so that serving pauses while a key is timed
+  // holds all its stream slots, so that serving pauses while a key is timed
   // (timings taken beside live traffic are wrong, and slow it down).
   void SetTuningGuard(std::function<std::shared_ptr<void>()> guard);
 
@@ -159,51 +167,36 @@ class GemmSelector {
 
   // Background tunings that stored a choice and that failed, since start
   // (matmul_tuning_total).
-  struct TuningCounts {
-    int64_t succeeded = 0;
-    int64_t failed = 0;
-  };
-  TuningCounts tuning_counts() const {
-    return {tunings_succeeded_.load(std::memory_order_relaxed),
-            tunings_failed_.load(std::memory_order_relaxed)};
-  }
+  using TuningCounts = BackgroundTuner::Counts;
+  TuningCounts tuning_counts() const;
 
  private:
   GemmSelector(const SelectorOptions& options, int max_shared_bytes,
-               std::string environment, std::unique_ptr<CublasLtGemm> lt);
+               std::string environment,
+               std::vector<std::unique_ptr<GemmFamily>> families);
 
+  // Whether the options let the selector use `family`.
+  bool Enabled(const GemmFamily& family) const;
   absl::Status LoadCache();
   absl::StatusOr<KernelChoice> Heuristic(const GemmProblem& problem);
   absl::StatusOr<KernelChoice> ChoiceFromName(const std::string& name) const;
   absl::Status CanRun(const KernelChoice& choice, const GemmProblem& problem);
-  void WorkerLoop();
+  TimingEffort Effort() const;
 
   const SelectorOptions options_;
   const int max_shared_bytes_;
   const std::string environment_;
-  std::unique_ptr<CublasLtGemm> cublaslt_;
+  const std::vector<std::unique_ptr<GemmFamily>> families_;
+  TuningCache cache_;
 
-  mutable std::mutex mu_;
-  absl::flat_hash_map<std::string, KernelChoice> choices_;  // guarded by mu_
-  std::deque<GemmProblem> queue_;                           // guarded by mu_
-  absl::flat_hash_set<std::string> queued_keys_;            // guarded by mu_
-  bool worker_busy_ = false;                                // guarded by mu_
-  bool stopping_ = false;                                   // guarded by mu_
-  std::function<std::shared_ptr<void>()> tuning_guard_;     // guarded by mu_
-  std::atomic<int64_t> tunings_succeeded_{0};
-  std::atomic<int64_t> tunings_failed_{0};
-  std::condition_variable work_cv_;
-  std::condition_variable idle_cv_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, KernelChoice> choices_ ABSL_GUARDED_BY(mu_);
   // Serialises timing runs (worker vs. Tune() callers), so two tunings do
-  // not share the device and spoil each other's numbers, and file writes.
-  std::mutex tune_mu_;
-  std::mutex file_mu_;
-  std::thread worker_;
+  // not share the device and spoil each other's numbers.
+  absl::Mutex tune_mu_;
+  // Last member: its worker calls Tune(), so it stops before the rest goes.
+  std::unique_ptr<BackgroundTuner> tuner_;
 };
-
-// The canonical dense problem for `problem`'s key: same shape, layouts,
-// dtype, batch and broadcast flags; null pointers; alpha 1, beta 0.
-GemmProblem CanonicalProblem(const GemmProblem& problem);
 
 }  // namespace matmul::cuda
 

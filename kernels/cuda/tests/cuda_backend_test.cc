@@ -7,15 +7,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda/gpu_test_util.h"
-#include "kernels/cuda/own_kernels.h"
+#include "kernels/cuda/gemm_family.h"
+#include "kernels/cuda/gemm_family_registry.h"
+#include "kernels/cuda/tests/gpu_test_util.h"
 
-namespace matmul {
+namespace matmul::cuda {
 namespace {
 
-using ::matmul::testing::MakeHostProblem;
-using ::matmul::testing::OperandLayout;
-using ::matmul::testing::ProblemSpec;
+using ::matmul::cuda::testing::MakeHostProblem;
+using ::matmul::cuda::testing::OperandLayout;
+using ::matmul::cuda::testing::ProblemSpec;
 
 TEST(CudaBackendNoGpu, DeviceCountNeverCrashes) {
   const int count = CudaDeviceCount();
@@ -81,20 +82,20 @@ class CudaBackendTest : public ::testing::Test {
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_FALSE(info->kernel.empty());
     EXPECT_GT(info->kernel_seconds, 0.0);
-    EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-    EXPECT_FALSE(::matmul::testing::OutsideWritten(host)) << info->kernel;
+    EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2) << info->kernel;
+    EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host)) << info->kernel;
   }
 
   void CheckDevice(const ProblemSpec& spec) {
     SCOPED_TRACE(spec.Name());
     auto host = MakeHostProblem(spec, rng_);
-    auto device = ::matmul::testing::Upload(host);
+    auto device = ::matmul::cuda::testing::Upload(host);
     ASSERT_TRUE(device.ok()) << device.status();
     auto info = backend_->RunDevice(device->problem);
     ASSERT_TRUE(info.ok()) << info.status();
-    ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
-    EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-    EXPECT_FALSE(::matmul::testing::OutsideWritten(host)) << info->kernel;
+    ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
+    EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2) << info->kernel;
+    EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host)) << info->kernel;
   }
 
   std::unique_ptr<CudaBackend> backend_;
@@ -173,8 +174,8 @@ TEST_F(CudaBackendTest, BatchedLaunchesGiveEveryProductItsOwnResult) {
         spec.c_dtype = dtype;
         spec.beta = dtype == DType::kFP32 ? 0.5f : 0.0f;
         SCOPED_TRACE(spec.Name() + (on_device ? " on device" : " staged"));
-        std::vector<::matmul::testing::HostProblem> hosts;
-        std::vector<::matmul::testing::DeviceProblem> devices;
+        std::vector<::matmul::cuda::testing::HostProblem> hosts;
+        std::vector<::matmul::cuda::testing::DeviceProblem> devices;
         hosts.reserve(5);
         devices.reserve(5);
         std::vector<const GemmProblem*> problems;
@@ -182,7 +183,7 @@ TEST_F(CudaBackendTest, BatchedLaunchesGiveEveryProductItsOwnResult) {
           spec.batch = i == 3 ? 2 : 1;  // a bmm request joins as 2 entries
           hosts.push_back(MakeHostProblem(spec, rng_));
           if (on_device) {
-            auto device = ::matmul::testing::Upload(hosts.back());
+            auto device = ::matmul::cuda::testing::Upload(hosts.back());
             ASSERT_TRUE(device.ok()) << device.status();
             devices.push_back(*std::move(device));
             problems.push_back(&devices.back().problem);
@@ -195,11 +196,12 @@ TEST_F(CudaBackendTest, BatchedLaunchesGiveEveryProductItsOwnResult) {
         EXPECT_GT(info->kernel_seconds, 0.0);
         for (int i = 0; i < 5; ++i) {
           if (on_device) {
-            ASSERT_TRUE(::matmul::testing::Download(devices[i], hosts[i]).ok());
+            ASSERT_TRUE(
+                ::matmul::cuda::testing::Download(devices[i], hosts[i]).ok());
           }
-          EXPECT_LT(::matmul::testing::CheckError(hosts[i]), 1e-2)
+          EXPECT_LT(::matmul::cuda::testing::CheckError(hosts[i]), 1e-2)
               << "product " << i << ", " << info->kernel;
-          EXPECT_FALSE(::matmul::testing::OutsideWritten(hosts[i]));
+          EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
         }
       }
     }
@@ -223,8 +225,8 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
         spec.beta = dtype == DType::kFP32 ? 0.5f : 0.0f;
         SCOPED_TRACE(spec.Name());
         constexpr int kProducts = 7;
-        std::vector<::matmul::testing::HostProblem> hosts;
-        std::vector<::matmul::testing::DeviceProblem> devices;
+        std::vector<::matmul::cuda::testing::HostProblem> hosts;
+        std::vector<::matmul::cuda::testing::DeviceProblem> devices;
         hosts.reserve(kProducts);
         devices.reserve(kProducts);
         std::vector<const GemmProblem*> problems;
@@ -233,7 +235,7 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
           // Every product's reference uses the first one's B.
           std::copy(hosts.front().b.begin(), hosts.front().b.end(),
                     hosts.back().b.begin());
-          auto device = ::matmul::testing::Upload(hosts.back());
+          auto device = ::matmul::cuda::testing::Upload(hosts.back());
           ASSERT_TRUE(device.ok()) << device.status();
           devices.push_back(*std::move(device));
           devices.back().problem.b.data = devices.front().problem.b.data;
@@ -244,10 +246,11 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
         EXPECT_NE(info->kernel.find("+stacked"), std::string::npos)
             << info->kernel;
         for (int i = 0; i < kProducts; ++i) {
-          ASSERT_TRUE(::matmul::testing::Download(devices[i], hosts[i]).ok());
-          EXPECT_LT(::matmul::testing::CheckError(hosts[i]), 1e-2)
+          ASSERT_TRUE(
+              ::matmul::cuda::testing::Download(devices[i], hosts[i]).ok());
+          EXPECT_LT(::matmul::cuda::testing::CheckError(hosts[i]), 1e-2)
               << "product " << i << ", " << info->kernel;
-          EXPECT_FALSE(::matmul::testing::OutsideWritten(hosts[i]));
+          EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
         }
       }
     }
@@ -255,8 +258,8 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
 }
 
 // Products that fill the GPU from eight threads at once, through RunDevice
-// and RunHost: four on lanes (they overlap) and four on the stream all
-// lanes share (a tiny serial_min_gflop_per_sm: one after another, timed by
+// and RunHost: four on stream slots (they overlap) and four on the stream
+// all slots share (a tiny serial_min_gflop_per_sm: one after another, timed by
 // one mark between consecutive products). Each caller must still get its
 // own complete output and a kernel time of its own.
 TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
@@ -269,14 +272,14 @@ TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
   options.background_tuning = false;
   options.streams = kThreads;
   // These products are far below the default serial_min_gflop_per_sm.
-  auto lanes = CudaBackend::Create(options);
-  ASSERT_TRUE(lanes.ok()) << lanes.status();
+  auto slots = CudaBackend::Create(options);
+  ASSERT_TRUE(slots.ok()) << slots.status();
   options.serial_min_gflop_per_sm = 1e-6;
   auto serial = CudaBackend::Create(options);
   ASSERT_TRUE(serial.ok()) << serial.status();
   std::vector<std::thread> threads;
   for (int t = 0; t < 2 * kThreads; ++t) {
-    CudaBackend* backend = t < kThreads ? lanes->get() : serial->get();
+    CudaBackend* backend = t < kThreads ? slots->get() : serial->get();
     threads.emplace_back([backend, t, side] {
       std::mt19937_64 rng(1000 + t);
       for (int i = 0; i < kEach; ++i) {
@@ -289,18 +292,19 @@ TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
         auto host = MakeHostProblem(spec, rng);
         absl::StatusOr<GemmRunInfo> info;
         if (i % 2 == 0) {
-          auto device = ::matmul::testing::Upload(host);
+          auto device = ::matmul::cuda::testing::Upload(host);
           ASSERT_TRUE(device.ok()) << device.status();
           info = backend->RunDevice(device->problem);
           ASSERT_TRUE(info.ok()) << info.status();
-          ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+          ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
         } else {
           info = backend->RunHost(host.problem);
           ASSERT_TRUE(info.ok()) << info.status();
         }
         EXPECT_GT(info->kernel_seconds, 0.0);
-        EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-        EXPECT_FALSE(::matmul::testing::OutsideWritten(host));
+        EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2)
+            << info->kernel;
+        EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host));
       }
     });
   }
@@ -323,7 +327,7 @@ TEST_F(CudaBackendTest, HostAndDeviceOperandsMixInOneProduct) {
       spec.beta = 0.25f;
       SCOPED_TRACE(spec.Name());
       auto host = MakeHostProblem(spec, rng_);
-      auto device = ::matmul::testing::Upload(host);
+      auto device = ::matmul::cuda::testing::Upload(host);
       ASSERT_TRUE(device.ok()) << device.status();
       GemmProblem mixed = host.problem;  // B from the host
       mixed.a = device->problem.a;       // A from the device
@@ -331,24 +335,25 @@ TEST_F(CudaBackendTest, HostAndDeviceOperandsMixInOneProduct) {
       auto info = backend_->RunHost(mixed);
       ASSERT_TRUE(info.ok()) << info.status();
       if (c_on_device) {
-        ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+        ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
       }
-      EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-      EXPECT_FALSE(::matmul::testing::OutsideWritten(host));
+      EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2)
+          << info->kernel;
+      EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host));
     }
   }
 }
 
 TEST_F(CudaBackendTest, RandomHostCases) {
   for (int i = 0; i < 150; ++i) {
-    CheckHost(::matmul::testing::RandomSpec(rng_, 160, true, true));
+    CheckHost(::matmul::cuda::testing::RandomSpec(rng_, 160, true, true));
     if (HasFatalFailure()) return;
   }
 }
 
 TEST_F(CudaBackendTest, RandomDeviceCases) {
   for (int i = 0; i < 60; ++i) {
-    CheckDevice(::matmul::testing::RandomSpec(rng_, 160, true, true));
+    CheckDevice(::matmul::cuda::testing::RandomSpec(rng_, 160, true, true));
     if (HasFatalFailure()) return;
   }
 }
@@ -367,7 +372,7 @@ TEST_F(CudaBackendTest, SeedShapeThroughRunHost) {
 // shared-memory limit imposed: RunHost and RunDevice must still be right.
 TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
   MATMUL_SKIP_WITHOUT_GPU();
-  if (!cuda::HaveOwnKernels()) {
+  if (!cuda::HasBuiltInFamily("mma")) {
     GTEST_SKIP() << "the mma library is not part of this build";
   }
   CudaBackendOptions options;
@@ -378,7 +383,8 @@ TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
   ASSERT_TRUE(backend.ok()) << backend.status();
   std::mt19937_64 rng(99);
   for (int i = 0; i < 60; ++i) {
-    ProblemSpec spec = ::matmul::testing::RandomSpec(rng, 200, true, true);
+    ProblemSpec spec =
+        ::matmul::cuda::testing::RandomSpec(rng, 200, true, true);
     // The own kernels write row-major C only; the backend packs A and B.
     spec.c = OperandLayout::kRowMajor;
     SCOPED_TRACE(spec.Name());
@@ -387,18 +393,18 @@ TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
                            : absl::StatusOr<GemmRunInfo>(
                                  absl::UnknownError("device path below"));
     if (i % 2 == 1) {
-      auto device = ::matmul::testing::Upload(host);
+      auto device = ::matmul::cuda::testing::Upload(host);
       ASSERT_TRUE(device.ok());
       info = (*backend)->RunDevice(device->problem);
       ASSERT_TRUE(info.ok()) << info.status();
-      ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
+      ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
     }
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->kernel.rfind("mma_", 0), 0u) << info->kernel;
-    EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << info->kernel;
-    EXPECT_FALSE(::matmul::testing::OutsideWritten(host)) << info->kernel;
+    EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2) << info->kernel;
+    EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host)) << info->kernel;
   }
 }
 
 }  // namespace
-}  // namespace matmul
+}  // namespace matmul::cuda

@@ -7,16 +7,16 @@
 #include <random>
 
 #include "gtest/gtest.h"
-#include "kernels/cuda/gpu_test_util.h"
-#include "kernels/cuda/own_kernels.h"
+#include "kernels/cuda/gemm_family.h"
+#include "kernels/cuda/tests/gpu_test_util.h"
 #include "nlohmann/json.hpp"
 
 namespace matmul::cuda {
 namespace {
 
-using ::matmul::testing::MakeHostProblem;
-using ::matmul::testing::OperandLayout;
-using ::matmul::testing::ProblemSpec;
+using ::matmul::cuda::testing::MakeHostProblem;
+using ::matmul::cuda::testing::OperandLayout;
+using ::matmul::cuda::testing::ProblemSpec;
 
 std::string TempPath(const std::string& name) {
   return (std::filesystem::temp_directory_path() /
@@ -90,7 +90,7 @@ TEST_F(GemmSelectorTest, TunePicksTheFastestCandidate) {
       EXPECT_GT(t.median_seconds, 0.0) << t.choice.name;
       EXPECT_LE(t.min_seconds, t.median_seconds);
     }
-    if (t.family != "cublaslt" && t.status.ok()) {
+    if (t.group != "cublaslt" && t.status.ok()) {
       EXPECT_LE(t.shared_bytes, (*selector)->max_shared_bytes());
     }
   }
@@ -126,14 +126,14 @@ TEST_F(GemmSelectorTest, EveryCandidateComputesTheRightProduct) {
       SCOPED_TRACE(t.choice.name + " " + spec.Name());
       EXPECT_LE(t.shared_bytes, kSparkSharedBytes);
       host = MakeHostProblem(spec, rng_);
-      auto device = ::matmul::testing::Upload(host);
+      auto device = ::matmul::cuda::testing::Upload(host);
       ASSERT_TRUE(device.ok());
       ASSERT_TRUE((*selector)
                       ->RunChoice(t.choice, device->problem, nullptr, workspace)
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
-      EXPECT_LT(::matmul::testing::CheckError(host), 1e-2);
+      ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
+      EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2);
     }
   }
 }
@@ -205,14 +205,14 @@ TEST_F(GemmSelectorTest, RunFallsBackWhenTheChoiceCannotTakeTheInstance) {
   spec.b = OperandLayout::kColMajor;
   auto host = MakeHostProblem(spec, rng_);
   ASSERT_TRUE((*selector)->Tune(host.problem).ok());
-  auto device = ::matmul::testing::Upload(host);
+  auto device = ::matmul::cuda::testing::Upload(host);
   ASSERT_TRUE(device.ok());
   DeviceBuffer workspace;
   auto ran = (*selector)->Run(device->problem, nullptr, workspace);
   ASSERT_TRUE(ran.ok()) << ran.status();
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
-  EXPECT_LT(::matmul::testing::CheckError(host), 1e-2) << ran->name;
+  ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
+  EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2) << ran->name;
 }
 
 }  // namespace

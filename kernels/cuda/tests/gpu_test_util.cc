@@ -1,15 +1,15 @@
-#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/tests/gpu_test_util.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/bf16.h"
-#include "common/status_macros.h"
 #include "common/gemm/reference_gemm.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_info.h"
 
-namespace matmul::testing {
+namespace matmul::cuda::testing {
 namespace {
 
 struct Placement {
@@ -63,7 +63,7 @@ void ForEachElement(const Strides& s, int64_t entries, int64_t batch_stride,
 }  // namespace
 
 std::string NoGpuReason() {
-  if (CudaDeviceCount() == 0) {
+  if (cuda::CudaDeviceCount() == 0) {
     return "no CUDA device or driver on this machine; GPU test not run";
   }
   return "";
@@ -322,4 +322,4 @@ absl::Status Download(const DeviceProblem& device, HostProblem& host) {
                           "cudaMemcpy");
 }
 
-}  // namespace matmul::testing
+}  // namespace matmul::cuda::testing

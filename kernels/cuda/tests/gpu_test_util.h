@@ -1,8 +1,8 @@
 // Test helpers shared by this folder's GPU tests: random host problems in
 // every layout the GemmProblem contract allows, poisoned outputs, device
 // copies, and the FP64 check.
-#ifndef MATMUL_KERNELS_CUDA_GPU_TEST_UTIL_H_
-#define MATMUL_KERNELS_CUDA_GPU_TEST_UTIL_H_
+#ifndef MATMUL_KERNELS_CUDA_TESTS_GPU_TEST_UTIL_H_
+#define MATMUL_KERNELS_CUDA_TESTS_GPU_TEST_UTIL_H_
 
 #include <cstdint>
 #include <random>
@@ -10,18 +10,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cuda/cuda_resources.h"
 #include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/cuda_resources.h"
 
-namespace matmul::testing {
+namespace matmul::cuda::testing {
 
 // Returns a reason to skip when no CUDA device is usable, else "".
 std::string NoGpuReason();
 
-#define MATMUL_SKIP_WITHOUT_GPU()                          \
-  do {                                                     \
-    std::string reason = ::matmul::testing::NoGpuReason(); \
-    if (!reason.empty()) GTEST_SKIP() << reason;           \
+#define MATMUL_SKIP_WITHOUT_GPU()                                \
+  do {                                                           \
+    std::string reason = ::matmul::cuda::testing::NoGpuReason(); \
+    if (!reason.empty()) GTEST_SKIP() << reason;                 \
   } while (0)
 
 enum class OperandLayout {
@@ -78,6 +78,6 @@ absl::StatusOr<DeviceProblem> Upload(const HostProblem& host);
 // Copies C back into host.c.
 absl::Status Download(const DeviceProblem& device, HostProblem& host);
 
-}  // namespace matmul::testing
+}  // namespace matmul::cuda::testing
 
-#endif  // MATMUL_KERNELS_CUDA_GPU_TEST_UTIL_H_
+#endif  // MATMUL_KERNELS_CUDA_TESTS_GPU_TEST_UTIL_H_

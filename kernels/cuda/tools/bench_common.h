@@ -1,8 +1,8 @@
 // What the benchmark tools (matmul-bench, cublaslt-survey) share: the shapes
 // and operand layouts they take on their command lines ("5120x2048x2048",
 // "NT"), the dense problems those describe, and their JSON output.
-#ifndef MATMUL_KERNELS_CUDA_BENCH_COMMON_H_
-#define MATMUL_KERNELS_CUDA_BENCH_COMMON_H_
+#ifndef MATMUL_KERNELS_CUDA_TOOLS_BENCH_COMMON_H_
+#define MATMUL_KERNELS_CUDA_TOOLS_BENCH_COMMON_H_
 
 #include <cstdint>
 #include <string>
@@ -39,4 +39,4 @@ absl::Status WriteJsonFile(const std::string& path, const nlohmann::json& json,
 
 }  // namespace matmul::cuda
 
-#endif  // MATMUL_KERNELS_CUDA_BENCH_COMMON_H_
+#endif  // MATMUL_KERNELS_CUDA_TOOLS_BENCH_COMMON_H_

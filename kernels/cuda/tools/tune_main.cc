@@ -17,7 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_selector.h"
 
 ABSL_FLAG(std::string, shapes, "",

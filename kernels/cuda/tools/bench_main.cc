@@ -18,11 +18,10 @@
 #include "absl/strings/str_split.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/bench_common.h"
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_selector.h"
-#include "kernels/cuda/own_kernels.h"
-#include "kernels/cuda/sustained_run.h"
+#include "kernels/cuda/tools/bench_common.h"
+#include "kernels/cuda/tools/sustained_run.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, shapes,
@@ -152,17 +151,17 @@ absl::Status Main() {
   options.warmup_iterations = absl::GetFlag(FLAGS_warmup);
   ASSIGN_OR_RETURN(std::unique_ptr<GemmSelector> selector,
                    GemmSelector::Create(options));
-  std::vector<std::string> families;
-  for (const OwnKernel& k : OwnKernels()) {
-    if (std::find(families.begin(), families.end(), k.family) ==
-        families.end()) {
-      families.push_back(k.family);
-    }
+  std::string family_list;
+  for (const auto& family : selector->families()) {
+    absl::StrAppend(&family_list, family_list.empty() ? "" : ", ",
+                    family->name(), " (", family->Summary(), ")");
   }
-  std::fprintf(stderr, "matmul-bench: %s, own configs %zu (%s), limit %d B\n",
-               selector->environment().c_str(), OwnKernels().size(),
-               HaveOwnKernels() ? "mma built in" : "mma not built",
+  std::fprintf(stderr, "matmul-bench: %s, families %s, limit %d B\n",
+               selector->environment().c_str(), family_list.c_str(),
                selector->max_shared_bytes());
+  // The table's family columns: the own kernels' tile groups, in the order
+  // the candidates list them.
+  std::vector<std::string> families;
 
   nlohmann::json out;
   out["environment"] = selector->environment();
@@ -183,22 +182,26 @@ absl::Status Main() {
         Row row;
         row.shape = shape.Name();
         row.layout = layout;
-        for (const std::string& family : families) {
-          const CandidateTiming* best = Best(
-              timings,
-              [&](const CandidateTiming& t) { return t.family == family; });
-          if (best != nullptr) {
-            row.family_tflops[family] = Tflops(p, best->median_seconds);
-            row.family_fits[family] = best->shared_bytes <= kSparkSharedBytes;
+        for (const CandidateTiming& t : timings) {
+          if (t.group != "cublaslt" &&
+              std::find(families.begin(), families.end(), t.group) ==
+                  families.end()) {
+            families.push_back(t.group);
           }
         }
-        const CandidateTiming* spark =
-            Best(timings, [](const CandidateTiming& t) {
-              return t.family != "cublaslt" &&
-                     t.shared_bytes <= kSparkSharedBytes;
-            });
+        for (const std::string& family : families) {
+          const CandidateTiming* best =
+              Best(timings,
+                   [&](const CandidateTiming& t) { return t.group == family; });
+          if (best != nullptr) {
+            row.family_tflops[family] = Tflops(p, best->median_seconds);
+            row.family_fits[family] = best->fits_spark;
+          }
+        }
+        const CandidateTiming* spark = Best(
+            timings, [](const CandidateTiming& t) { return t.fits_spark; });
         const CandidateTiming* lt = Best(timings, [](const CandidateTiming& t) {
-          return t.family == "cublaslt";
+          return t.group == "cublaslt";
         });
         // The pick as the service would run it (Choose), re-timed
         // interleaved with the best cuBLASLt and Spark candidates so the
@@ -281,13 +284,11 @@ absl::Status Main() {
         }
         entry["candidates"] = nlohmann::json::array();
         for (const CandidateTiming& t : timings) {
-          nlohmann::json c = {
-              {"kernel", t.choice.name},
-              {"family", t.family},
-              {"shared_bytes", t.shared_bytes},
-              {"fits_spark",
-               t.family != "cublaslt" && t.shared_bytes <= kSparkSharedBytes},
-              {"ok", t.status.ok()}};
+          nlohmann::json c = {{"kernel", t.choice.name},
+                              {"family", t.group},
+                              {"shared_bytes", t.shared_bytes},
+                              {"fits_spark", t.fits_spark},
+                              {"ok", t.status.ok()}};
           if (t.status.ok()) {
             c["median_seconds"] = t.median_seconds;
             c["min_seconds"] = t.min_seconds;

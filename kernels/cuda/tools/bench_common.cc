@@ -1,4 +1,4 @@
-#include "kernels/cuda/bench_common.h"
+#include "kernels/cuda/tools/bench_common.h"
 
 #include <fstream>
 

@@ -4,14 +4,14 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_resources.h"
-#include "kernels/cuda/gpu_test_util.h"
+#include "kernels/cuda/tests/gpu_test_util.h"
 
 namespace matmul::cuda {
 namespace {
 
-using ::matmul::testing::MakeHostProblem;
-using ::matmul::testing::OperandLayout;
-using ::matmul::testing::ProblemSpec;
+using ::matmul::cuda::testing::MakeHostProblem;
+using ::matmul::cuda::testing::OperandLayout;
+using ::matmul::cuda::testing::ProblemSpec;
 
 // Runs every heuristic candidate of the spec's plan and checks each result.
 void CheckAllCandidates(CublasLtGemm& lt, const ProblemSpec& spec,
@@ -28,7 +28,7 @@ void CheckAllCandidates(CublasLtGemm& lt, const ProblemSpec& spec,
                                       << (*plan)->algo_id(i) << ")");
     // Fresh inputs and a freshly poisoned C for every candidate.
     host = MakeHostProblem(spec, rng);
-    auto device = ::matmul::testing::Upload(host);
+    auto device = ::matmul::cuda::testing::Upload(host);
     ASSERT_TRUE(device.ok()) << device.status();
     auto device_plan = lt.GetPlan(device->problem);
     ASSERT_TRUE(device_plan.ok()) << device_plan.status();
@@ -37,9 +37,9 @@ void CheckAllCandidates(CublasLtGemm& lt, const ProblemSpec& spec,
                        workspace->data(), workspace->size())
                     .ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
-    EXPECT_LT(::matmul::testing::CheckError(host), 1e-2);
-    EXPECT_FALSE(::matmul::testing::OutsideWritten(host));
+    ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
+    EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2);
+    EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host));
   }
 }
 
@@ -130,7 +130,7 @@ TEST_F(CublasLtGemmTest, PointerArrays) {
     spec.b = OperandLayout::kColMajor;
     spec.pointer_arrays = true;
     auto host = MakeHostProblem(spec, rng_);
-    auto device = ::matmul::testing::Upload(host);
+    auto device = ::matmul::cuda::testing::Upload(host);
     ASSERT_TRUE(device.ok());
     auto plan = lt_->GetPlan(device->problem);
     if (!plan.ok()) {
@@ -143,7 +143,8 @@ TEST_F(CublasLtGemmTest, PointerArrays) {
 
 TEST_F(CublasLtGemmTest, RandomTails) {
   for (int i = 0; i < 24; ++i) {
-    ProblemSpec spec = ::matmul::testing::RandomSpec(rng_, 96, false, false);
+    ProblemSpec spec =
+        ::matmul::cuda::testing::RandomSpec(rng_, 96, false, false);
     spec.c =
         spec.c == OperandLayout::kStrided ? OperandLayout::kRowMajor : spec.c;
     CheckAllCandidates(*lt_, spec, rng_);
@@ -160,7 +161,7 @@ TEST_F(CublasLtGemmTest, EverySurveyedConfigurationComputesTheProduct) {
     spec.k = 72;
     spec.b = b;
     auto host = MakeHostProblem(spec, rng_);
-    auto device = ::matmul::testing::Upload(host);
+    auto device = ::matmul::cuda::testing::Upload(host);
     ASSERT_TRUE(device.ok()) << device.status();
     auto plan = lt_->GetPlan(device->problem);
     ASSERT_TRUE(plan.ok()) << plan.status();
@@ -181,15 +182,15 @@ TEST_F(CublasLtGemmTest, EverySurveyedConfigurationComputesTheProduct) {
           << CublasLtGemm::AlgoConfig(algo.algo,
                                       CUBLASLT_ALGO_CONFIG_STAGES_ID));
       host = MakeHostProblem(spec, rng_);  // fresh inputs, poisoned C
-      device = ::matmul::testing::Upload(host);
+      device = ::matmul::cuda::testing::Upload(host);
       ASSERT_TRUE(device.ok()) << device.status();
       ASSERT_TRUE(lt_->RunAlgo(**plan, algo, device->problem, nullptr,
                                workspace->data(), workspace->size())
                       .ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      ASSERT_TRUE(::matmul::testing::Download(*device, host).ok());
-      EXPECT_LT(::matmul::testing::CheckError(host), 1e-2);
-      EXPECT_FALSE(::matmul::testing::OutsideWritten(host));
+      ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
+      EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2);
+      EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host));
     }
   }
 }

@@ -23,14 +23,16 @@
 #include "absl/strings/str_join.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/bench_common.h"
+#include "kernels/cuda/candidate_timer.h"
 #include "kernels/cuda/cublaslt_gemm.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_ops.h"
-#include "kernels/cuda/launch_names.h"
-#include "kernels/cuda/own_kernels.h"
+#include "kernels/cuda/gemm_family.h"
+#include "kernels/cuda/gemm_family_registry.h"
+#include "kernels/cuda/tools/bench_common.h"
+#include "kernels/cuda/tools/launch_names.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, shapes,
@@ -96,22 +98,10 @@ double Median(std::vector<double> v) {
 // one, so that no timed run starts on an idle stream and its event pair
 // spans the launch's host-side work): the median of each run's CUDA-event
 // time.
-absl::StatusOr<double> TimeBurst(const Candidate& c, cudaStream_t stream,
-                                 int warmup, int runs,
-                                 std::vector<CudaEvent>& events) {
-  for (int i = 0; i < std::max(1, warmup); ++i) RETURN_IF_ERROR(c.run(stream));
-  for (int i = 0; i < runs; ++i) {
-    RETURN_IF_ERROR(events[2 * i].Record(stream));
-    RETURN_IF_ERROR(c.run(stream));
-    RETURN_IF_ERROR(events[2 * i + 1].Record(stream));
-  }
-  RETURN_IF_ERROR(events[2 * runs - 1].Synchronize());
-  std::vector<double> seconds;
-  for (int i = 0; i < runs; ++i) {
-    ASSIGN_OR_RETURN(
-        double s, CudaEvent::ElapsedSeconds(events[2 * i], events[2 * i + 1]));
-    seconds.push_back(s);
-  }
+absl::StatusOr<double> TimeBurst(const Candidate& c, CandidateTimer& timer,
+                                 int warmup, int runs) {
+  ASSIGN_OR_RETURN(std::vector<double> seconds,
+                   timer.TimeBurst(c.run, std::max(1, warmup), runs));
   return Median(seconds);
 }
 
@@ -139,14 +129,18 @@ struct Report {
   std::vector<Candidate> all;  // their `run` cleared once timed
 };
 
-absl::StatusOr<Report> SurveyOne(CublasLtGemm& lt, LaunchNames* names,
-                                 const BenchShape& shape,
-                                 const std::string& layout, cudaStream_t stream,
-                                 std::vector<CudaEvent>& events) {
+absl::StatusOr<Report> SurveyOne(
+    CublasLtGemm& lt, const std::vector<std::unique_ptr<GemmFamily>>& own,
+    LaunchNames* names, const BenchShape& shape, const std::string& layout,
+    cudaStream_t stream) {
+  CandidateTimer timer(stream);
   GemmProblem p = MakeBenchProblem(shape, layout, DType::kBF16);
   size_t own_workspace = 0;
-  for (const OwnKernel& k : OwnKernels()) {
-    own_workspace = std::max(own_workspace, OwnWorkspaceBytes(p, k.index));
+  for (const auto& family : own) {
+    for (const GemmCandidate& c : family->Candidates(p)) {
+      absl::StatusOr<size_t> bytes = family->WorkspaceBytes(c.choice, p);
+      if (bytes.ok()) own_workspace = std::max(own_workspace, *bytes);
+    }
   }
   ASSIGN_OR_RETURN(Buffers buf,
                    MakeBuffers(p, std::max(lt.workspace_bytes(), own_workspace),
@@ -188,16 +182,19 @@ absl::StatusOr<Report> SurveyOne(CublasLtGemm& lt, LaunchNames* names,
   std::fprintf(stderr, "\n");
   for (const auto& r : surveyed)
     report.all.push_back(lt_candidate(r, "survey"));
-  for (const OwnKernel& k : OwnKernels()) {
-    if (!OwnCanImplement(p, k.index, kSparkSharedBytes).ok()) continue;
-    Candidate c;
-    c.label = k.name;
-    c.source = "own";
-    c.instruction = "mma.sync";
-    c.run = [p, index = k.index, &buf](cudaStream_t s) {
-      return OwnRun(p, index, s, buf.workspace.data());
-    };
-    report.all.push_back(std::move(c));
+  for (const auto& family : own) {
+    for (const GemmCandidate& k : family->Candidates(p)) {
+      if (!k.status.ok()) continue;
+      Candidate c;
+      c.label = k.choice.name;
+      c.source = "own";
+      c.instruction = "mma.sync";
+      c.run = [p, choice = k.choice, &buf](cudaStream_t s) {
+        return choice.family->Run(choice, p, s, buf.workspace.data(),
+                                  buf.workspace_bytes);
+      };
+      report.all.push_back(std::move(c));
+    }
   }
 
   // Survey pass: every candidate briefly, its kernels named on the first
@@ -221,12 +218,11 @@ absl::StatusOr<Report> SurveyOne(CublasLtGemm& lt, LaunchNames* names,
     if (!ran.ok()) continue;  // accepted by the check, refused to launch
     if (names != nullptr) c.kernels = names->Take();
     if (c.source != "own") c.instruction = InstructionOf(c.kernels);
-    ASSIGN_OR_RETURN(c.survey_seconds, TimeBurst(c, stream, 1, 1, events));
+    ASSIGN_OR_RETURN(c.survey_seconds, TimeBurst(c, timer, 1, 1));
     if (heuristic_best > 0 && c.survey_seconds > kSlowFactor * heuristic_best) {
       continue;
     }
-    ASSIGN_OR_RETURN(c.survey_seconds,
-                     TimeBurst(c, stream, 1, survey_runs, events));
+    ASSIGN_OR_RETURN(c.survey_seconds, TimeBurst(c, timer, 1, survey_runs));
     if (c.source == "heuristic" &&
         (heuristic_best == 0 || c.survey_seconds < heuristic_best)) {
       heuristic_best = c.survey_seconds;
@@ -260,30 +256,18 @@ absl::StatusOr<Report> SurveyOne(CublasLtGemm& lt, LaunchNames* names,
   const int iterations = std::max(1, absl::GetFlag(FLAGS_iterations));
   for (Candidate* c : final_set) {
     ASSIGN_OR_RETURN(c->burst_seconds,
-                     TimeBurst(*c, stream, warmup, iterations, events));
+                     TimeBurst(*c, timer, warmup, iterations));
   }
   // Interleaved: rounds of one run of each finalist, all queued before a
   // single wait, so that every finalist sees the same clocks (an H200 at
   // its power cap runs each kernel at a clock of its own when timed back to
   // back) and no event pair spans a launch's host-side overhead.
-  const size_t queued = final_set.size() * iterations;
-  while (events.size() < 2 * queued) {
-    ASSIGN_OR_RETURN(CudaEvent e, CudaEvent::Create());
-    events.push_back(std::move(e));
-  }
   for (Candidate* c : final_set) RETURN_IF_ERROR(c->run(stream));
-  for (size_t q = 0; q < queued; ++q) {
-    RETURN_IF_ERROR(events[2 * q].Record(stream));
-    RETURN_IF_ERROR(final_set[q % final_set.size()]->run(stream));
-    RETURN_IF_ERROR(events[2 * q + 1].Record(stream));
-  }
-  RETURN_IF_ERROR(events[2 * queued - 1].Synchronize());
-  std::vector<std::vector<double>> rounds(final_set.size());
-  for (size_t q = 0; q < queued; ++q) {
-    ASSIGN_OR_RETURN(
-        double s, CudaEvent::ElapsedSeconds(events[2 * q], events[2 * q + 1]));
-    rounds[q % final_set.size()].push_back(s);
-  }
+  std::vector<TimedLaunch> launches;
+  for (Candidate* c : final_set) launches.push_back(c->run);
+  ASSIGN_OR_RETURN(
+      std::vector<std::vector<double>> rounds,
+      timer.TimeInterleaved(launches, iterations, /*shuffler=*/nullptr));
   for (size_t i = 0; i < final_set.size(); ++i) {
     final_set[i]->interleaved_seconds = Median(rounds[i]);
   }
@@ -374,6 +358,18 @@ absl::Status Main() {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
   ASSIGN_OR_RETURN(std::unique_ptr<CublasLtGemm> lt,
                    CublasLtGemm::Create(device));
+  // The own families (all but cuBLASLt), held to the GB10's limit: the
+  // Spark path.
+  FamilySettings settings;
+  settings.device = device;
+  settings.max_shared_bytes = kSparkSharedBytes;
+  std::vector<std::unique_ptr<GemmFamily>> own;
+  for (const FamilyFactory& factory : BuiltInFamilies()) {
+    if (factory.name == "cublaslt") continue;
+    ASSIGN_OR_RETURN(std::unique_ptr<GemmFamily> family,
+                     factory.create(settings));
+    own.push_back(std::move(family));
+  }
   absl::StatusOr<std::unique_ptr<LaunchNames>> names = LaunchNames::Create();
   if (!names.ok()) {
     std::fprintf(stderr,
@@ -382,14 +378,6 @@ absl::Status Main() {
                  names.status().ToString().c_str());
   }
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
-  const int iterations = std::max(
-      {1, absl::GetFlag(FLAGS_iterations), absl::GetFlag(FLAGS_survey_runs)});
-  std::vector<CudaEvent> events;
-  for (int i = 0; i < 2 * iterations; ++i) {
-    ASSIGN_OR_RETURN(CudaEvent e, CudaEvent::Create());
-    events.push_back(std::move(e));
-  }
-
   std::printf(
       "TFLOPS, back to back / interleaved (ratio to the baseline, "
       "interleaved). baseline: best of cuBLASLt's heuristic top-%d; "
@@ -400,9 +388,9 @@ absl::Status Main() {
   nlohmann::json out = nlohmann::json::array();
   for (const BenchShape& shape : shapes) {
     for (const std::string& layout : layouts) {
-      ASSIGN_OR_RETURN(
-          Report r, SurveyOne(*lt, names.ok() ? names->get() : nullptr, shape,
-                              layout, stream.get(), events));
+      ASSIGN_OR_RETURN(Report r,
+                       SurveyOne(*lt, own, names.ok() ? names->get() : nullptr,
+                                 shape, layout, stream.get()));
       out.push_back(PrintReport(r));
       std::fflush(stdout);
     }

@@ -6,21 +6,21 @@
 // operands in L2; this is the standalone figure a service run compares
 // with. It also measures what an event after each product costs, and what
 // running the products on several streams at once gives.
-#ifndef MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
-#define MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
+#ifndef MATMUL_KERNELS_CUDA_TOOLS_SUSTAINED_RUN_H_
+#define MATMUL_KERNELS_CUDA_TOOLS_SUSTAINED_RUN_H_
 
 #include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cuda/gemm_selector.h"
 #include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/gemm_selector.h"
 
 namespace matmul::cuda {
 
 struct SustainedOptions {
   double seconds = 3.0;  // each measured phase, after as long a warm-up
-  // Distinct A and C, like this many clients (and streams in the lanes
+  // Distinct A and C, like this many clients (and streams in the streams
   // phase).
   int operand_sets = 4;
   // Called as each kernel's warm-up starts (progress, clock logs).
@@ -52,4 +52,4 @@ absl::StatusOr<std::vector<SustainedResult>> RunSustained(
 
 }  // namespace matmul::cuda
 
-#endif  // MATMUL_KERNELS_CUDA_SUSTAINED_RUN_H_
+#endif  // MATMUL_KERNELS_CUDA_TOOLS_SUSTAINED_RUN_H_

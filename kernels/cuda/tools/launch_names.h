@@ -3,15 +3,16 @@
 // ran but not which instruction its kernel uses; the kernel's name does
 // (e.g. "tensor16x8x16" for mma.sync, "gmma" or "nvjet" for Hopper's
 // wgmma kernels), so cublaslt-survey records it.
-#ifndef MATMUL_KERNELS_CUDA_LAUNCH_NAMES_H_
-#define MATMUL_KERNELS_CUDA_LAUNCH_NAMES_H_
+#ifndef MATMUL_KERNELS_CUDA_TOOLS_LAUNCH_NAMES_H_
+#define MATMUL_KERNELS_CUDA_TOOLS_LAUNCH_NAMES_H_
 
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace matmul::cuda {
 
@@ -34,10 +35,10 @@ class LaunchNames {
   LaunchNames() = default;
 
   void* subscriber_ = nullptr;  // CUpti_SubscriberHandle
-  std::mutex mu_;
-  std::vector<std::string> names_;  // guarded by mu_
+  absl::Mutex mu_;
+  std::vector<std::string> names_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace matmul::cuda
 
-#endif  // MATMUL_KERNELS_CUDA_LAUNCH_NAMES_H_
+#endif  // MATMUL_KERNELS_CUDA_TOOLS_LAUNCH_NAMES_H_

@@ -1,4 +1,4 @@
-#include "kernels/cuda/sustained_run.h"
+#include "kernels/cuda/tools/sustained_run.h"
 
 #include <algorithm>
 #include <vector>
@@ -68,44 +68,44 @@ absl::StatusOr<SustainedResult> RunOne(GemmSelector& selector,
       1, static_cast<int64_t>(options.seconds * kProbe / probe_seconds));
   for (int64_t i = 0; i < count; ++i) RETURN_IF_ERROR(launch());
 
-  // Lanes for the concurrent phase, each with its own event pair.
-  struct Lane {
+  // Stream slots for the concurrent phase, each with its own event pair.
+  struct StreamSlot {
     CudaStream stream;
     CudaEvent start, stop;
     DeviceBuffer workspace;
   };
-  std::vector<Lane> lanes;
+  std::vector<StreamSlot> slots;
   for (int i = 0; i < options.operand_sets; ++i) {
     ASSIGN_OR_RETURN(CudaStream s, CudaStream::Create());
     ASSIGN_OR_RETURN(CudaEvent a, CudaEvent::Create());
     ASSIGN_OR_RETURN(CudaEvent b, CudaEvent::Create());
-    lanes.push_back({std::move(s), std::move(a), std::move(b), {}});
+    slots.push_back({std::move(s), std::move(a), std::move(b), {}});
   }
-  // Each lane's first call sets up its workspace, untimed.
+  // Each slot's first call sets up its workspace, untimed.
   for (int i = 0; i < options.operand_sets; ++i) {
     RETURN_IF_ERROR(selector.RunChoice(
-        choice, products[i], lanes[i].stream.get(), lanes[i].workspace));
+        choice, products[i], slots[i].stream.get(), slots[i].workspace));
   }
 
   enum class Mode { kBackToBack, kTimingEvent, kPlainEvent, kStreams };
   auto phase = [&](Mode mode) -> absl::StatusOr<double> {
     RETURN_IF_ERROR(start.Record(stream.get()));
-    for (Lane& lane : lanes) {
+    for (StreamSlot& slot : slots) {
       RETURN_IF_ERROR(
-          CudaStatus(cudaStreamWaitEvent(lane.stream.get(), start.get(), 0),
+          CudaStatus(cudaStreamWaitEvent(slot.stream.get(), start.get(), 0),
                      "cudaStreamWaitEvent"));
     }
     for (int64_t i = 0; i < count; ++i) {
       if (mode == Mode::kStreams) {
-        // What the daemon's lanes do with products below
+        // What the daemon's stream slots do with products below
         // serial_min_gflop_per_sm: an event pair around each, on its own
         // stream.
-        Lane& lane = lanes[i % lanes.size()];
+        StreamSlot& slot = slots[i % slots.size()];
         const GemmProblem& p = products[i % options.operand_sets];
-        RETURN_IF_ERROR(lane.start.Record(lane.stream.get()));
+        RETURN_IF_ERROR(slot.start.Record(slot.stream.get()));
         RETURN_IF_ERROR(
-            selector.RunChoice(choice, p, lane.stream.get(), lane.workspace));
-        RETURN_IF_ERROR(lane.stop.Record(lane.stream.get()));
+            selector.RunChoice(choice, p, slot.stream.get(), slot.workspace));
+        RETURN_IF_ERROR(slot.stop.Record(slot.stream.get()));
         continue;
       }
       RETURN_IF_ERROR(launch());
@@ -116,10 +116,10 @@ absl::StatusOr<SustainedResult> RunOne(GemmSelector& selector,
         RETURN_IF_ERROR(plain.Record(stream.get()));
       }
     }
-    for (Lane& lane : lanes) {
-      RETURN_IF_ERROR(lane.stop.Record(lane.stream.get()));
+    for (StreamSlot& slot : slots) {
+      RETURN_IF_ERROR(slot.stop.Record(slot.stream.get()));
       RETURN_IF_ERROR(
-          CudaStatus(cudaStreamWaitEvent(stream.get(), lane.stop.get(), 0),
+          CudaStatus(cudaStreamWaitEvent(stream.get(), slot.stop.get(), 0),
                      "cudaStreamWaitEvent"));
     }
     RETURN_IF_ERROR(stop.Record(stream.get()));

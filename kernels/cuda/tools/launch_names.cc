@@ -1,4 +1,4 @@
-#include "kernels/cuda/launch_names.h"
+#include "kernels/cuda/tools/launch_names.h"
 
 #include <cupti.h>
 
@@ -59,7 +59,7 @@ LaunchNames::~LaunchNames() {
 }
 
 std::vector<std::string> LaunchNames::Take() {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return std::exchange(names_, {});
 }
 
@@ -68,7 +68,7 @@ void LaunchNames::Callback(void* self, int domain, const void* data) {
   const auto* info = static_cast<const CUpti_CallbackData*>(data);
   if (info->callbackSite != CUPTI_API_ENTER) return;
   auto* names = static_cast<LaunchNames*>(self);
-  std::lock_guard<std::mutex> lock(names->mu_);
+  absl::MutexLock lock(&names->mu_);
   names->names_.emplace_back(info->symbolName != nullptr ? info->symbolName
                                                          : "?");
 }
