@@ -15,7 +15,8 @@
 #      (default: the repo root), EXCLUDE (a regex of binary names to leave
 #      out, e.g. 'mma_' when the run needs no own-kernel tools),
 #      BUNDLE_PROMETHEUS=1 (also Debian's prometheus, which links only libc:
-#      tests/gpu/steps/dashboard_vs_bench.sh needs it).
+#      tests/gpu/steps/dashboard_vs_bench.sh needs it), XZ_LEVEL (2; 9
+#      packs a large bundle tighter, slowly).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -77,7 +78,7 @@ git -C "$root" rev-parse HEAD >bundle/COMMIT 2>/dev/null || true
 git -C "$root" status --short >>bundle/COMMIT 2>/dev/null || true
 (cd "$stage" && ls -la . lib) >bundle/MANIFEST
 echo "unpacked size: $(du -sh "$stage" | cut -f1)"
-XZ_OPT="-2 -T${JOBS:-2}" tar -C "$stage" -cJf bundle/payload.tar.xz .
+XZ_OPT="-${XZ_LEVEL:-2} -T${JOBS:-2}" tar -C "$stage" -cJf bundle/payload.tar.xz .
 du -sh bundle
 size_kib=$(du -sk bundle | cut -f1)
 if [ "$size_kib" -gt $((limit_mib * 1024)) ]; then
