@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,6 +20,7 @@
 #include "client/bench/bench_report.h"
 #include "client/bench/load_generator.h"
 #include "client/cli/exit_codes.h"
+#include "client/cli/matmul_cli_flags.h"
 #include "client/client.h"
 #include "client/cuda_memory.h"
 #include "client/region_request_builder.h"
@@ -31,18 +31,6 @@
 #include "client/shared_memory_segment.h"
 #include "common/bf16.h"
 #include "common/status_macros.h"
-
-// Shared with `run` (defined in matmul_cli.cc).
-ABSL_DECLARE_FLAG(std::string, target);
-ABSL_DECLARE_FLAG(bool, json);
-ABSL_DECLARE_FLAG(absl::Duration, timeout);
-ABSL_DECLARE_FLAG(std::string, shape);
-ABSL_DECLARE_FLAG(bool, transpose_a);
-ABSL_DECLARE_FLAG(bool, transpose_b);
-ABSL_DECLARE_FLAG(std::string, out_dtype);
-ABSL_DECLARE_FLAG(uint64_t, seed);
-ABSL_DECLARE_FLAG(std::string, mode);
-ABSL_DECLARE_FLAG(std::string, shm_prefix);
 
 ABSL_FLAG(std::string, concurrency, "1,4,16,64",
           "bench: comma-separated concurrency levels (requests in flight).");
