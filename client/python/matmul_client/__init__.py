@@ -13,16 +13,9 @@ torch is imported only when a torch tensor is passed, so the package also
 works without it (HostTensor: raw BF16 / FP32 bytes).
 """
 
-from ._client import (
-    Client,
-    HostTensor,
-    MatmulError,
-    bf16_bytes,
-    close_default_clients,
-    default_client,
-    floats_from_bf16,
-    matmul,
-)
+from ._client import Client, close_default_clients, default_client, matmul
+from ._errors import MatmulError
+from ._tensors import HostTensor, bf16_bytes, floats_from_bf16
 
 __all__ = [
     "Client",

@@ -16,7 +16,7 @@ from unittest import mock
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import matmul_client  # noqa: E402
-from matmul_client import _client  # noqa: E402
+from matmul_client import _client, _cuda_regions  # noqa: E402
 from matmul_client._share_handles import (  # noqa: E402
     CudaIpcHandle,
     ExpandableSegmentHandle,
@@ -191,7 +191,8 @@ class ClientCudaRegionsTest(unittest.TestCase):
         self.registered, self.unregistered = [], []
         self.client.register_region = self.fake_register
         self.client.unregister_region = self.unregistered.append
-        self.ptracer = mock.patch.object(_client, "_let_the_daemon_take_fds")
+        self.ptracer = mock.patch.object(_cuda_regions,
+                                         "_let_the_daemon_take_fds")
         self.let_ptrace = self.ptracer.start()
         self.addCleanup(self.ptracer.stop)
 

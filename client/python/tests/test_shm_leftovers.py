@@ -17,7 +17,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
-from matmul_client import _client  # noqa: E402
+from matmul_client import _shm_segment  # noqa: E402
 
 # A client whose RegisterRegion never answers: it prints the segment's name
 # and waits to be killed.
@@ -38,8 +38,8 @@ STALLED_CLIENT = textwrap.dedent("""
 NEXT_CLIENT = textwrap.dedent("""
     import sys
     sys.path.insert(0, {package!r})
-    from matmul_client import _client
-    _client._SharedSegment(4096, {prefix!r}).close()
+    from matmul_client import _shm_segment
+    _shm_segment._SharedSegment(4096, {prefix!r}).close()
 """)
 
 
@@ -85,15 +85,16 @@ class ShmLeftoversTest(unittest.TestCase):
 
     def test_a_live_clients_segment_is_left_alone(self):
         process, name = self.stalled_client()
-        self.assertEqual(_client._reap_orphaned_segments(self.prefix), [])
+        self.assertEqual(_shm_segment._reap_orphaned_segments(self.prefix), [])
         self.assertTrue(os.path.exists("/dev/shm/" + name))
         process.send_signal(signal.SIGKILL)
         process.wait()
-        self.assertEqual(_client._reap_orphaned_segments(self.prefix), [name])
+        self.assertEqual(_shm_segment._reap_orphaned_segments(self.prefix),
+                         [name])
         self.assertFalse(os.path.exists("/dev/shm/" + name))
 
     def test_names_from_another_pid_namespace_are_left_alone(self):
-        namespace = _client._pid_namespace()
+        namespace = _shm_segment._pid_namespace()
         if namespace is None:
             raise unittest.SkipTest("no /proc/self/ns/pid")
         dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -103,7 +104,8 @@ class ShmLeftoversTest(unittest.TestCase):
         for name in (ours, theirs):
             with open("/dev/shm/" + name, "wb"):
                 pass
-        self.assertEqual(_client._reap_orphaned_segments(self.prefix), [ours])
+        self.assertEqual(_shm_segment._reap_orphaned_segments(self.prefix),
+                         [ours])
         self.assertTrue(os.path.exists("/dev/shm/" + theirs))
 
     def test_names_of_other_formats_are_left_alone(self):
@@ -111,8 +113,8 @@ class ShmLeftoversTest(unittest.TestCase):
                      f"{self.prefix}-py1-2"):
             with open("/dev/shm/" + name, "wb"):
                 pass
-            self.assertIsNone(_client._segment_owner(name, self.prefix))
-        self.assertEqual(_client._reap_orphaned_segments(self.prefix), [])
+            self.assertIsNone(_shm_segment._segment_owner(name, self.prefix))
+        self.assertEqual(_shm_segment._reap_orphaned_segments(self.prefix), [])
 
 
 if __name__ == "__main__":
