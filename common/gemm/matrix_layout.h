@@ -6,8 +6,9 @@
 // A dimension of extent 1 makes its stride irrelevant, so a single row or
 // column can be read either way. It classifies as the order its strides
 // literally say (a unit column stride: row-major; else a unit row stride:
-// column-major), and row-major where they say neither. The leading dimension is the non-unit stride, or the
-// extent of the other dimension where that stride is irrelevant.
+// column-major), and row-major where they say neither. The leading dimension is
+// the non-unit stride, or the extent of the other dimension where that stride
+// is irrelevant.
 #ifndef MATMUL_COMMON_GEMM_MATRIX_LAYOUT_H_
 #define MATMUL_COMMON_GEMM_MATRIX_LAYOUT_H_
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "common/bf16.h"
-#include "gtest/gtest.h"
 #include "common/gemm/reference_gemm.h"
+#include "gtest/gtest.h"
 
 namespace matmul {
 namespace {

@@ -17,9 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/bf16.h"
-#include "gtest/gtest.h"
-#include "common/gemm/reference_gemm.h"
 #include "common/gemm/gemm_problem.h"
+#include "common/gemm/reference_gemm.h"
+#include "gtest/gtest.h"
 
 namespace matmul::mma {
 namespace {

@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "google/protobuf/stubs/logging.h"
 #include "common/gemm/gemm_problem.h"
+#include "google/protobuf/stubs/logging.h"
 
 // A broken invariant: the input that got here is a bug.
 #define FUZZ_CHECK(condition)                                          \
