@@ -11,12 +11,11 @@ CallControl GrpcCallControl(grpc::CallbackServerContext* context) {
   // gRPC 1.51 sends a deadline as the whole milliseconds left (grpc-timeout)
   // and one that has already passed as "1n", which the server reads back as
   // 1 ms from when the headers arrived; both ends also keep time in whole
-  // milliseconds, which can add up to one more, and the headers take a
-  // while to arrive. So context->deadline() can be more than 2 ms later
-  // than the client's deadline, and an expired call would run and be
-  // answered OK to nobody. Taking the slack off makes it expired here too;
-  // a call with less than the slack left could not get its answer back in
-  // time anyway.
+  // milliseconds, which can add up to one more. So context->deadline() can
+  // be up to 2 ms later than the client's deadline, and an
+  // expired call would run and be answered OK to nobody. Taking the slack
+  // off makes it expired here too; a call with less than 2 ms left could
+  // not get its answer back in time anyway.
   const std::chrono::system_clock::time_point deadline = context->deadline();
   CallControl control{
       .deadline = deadline == std::chrono::system_clock::time_point::max()

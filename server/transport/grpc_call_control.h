@@ -13,7 +13,7 @@ namespace matmul {
 
 // How much later than the client's a call's deadline can look on the
 // server (see GrpcCallControl).
-inline constexpr absl::Duration kGrpcDeadlineSlack = absl::Milliseconds(3);
+inline constexpr absl::Duration kGrpcDeadlineSlack = absl::Milliseconds(2);
 
 // The deadline, cancellation and caller of a gRPC call; the deadline is
 // the client's at the latest (see kGrpcDeadlineSlack).
