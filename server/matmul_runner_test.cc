@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/bf16.h"
+#include "client/request_builder.h"
 #include "common/gemm/reference_gemm.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -57,21 +57,6 @@ struct Call {
   std::optional<absl::Status> status;
 };
 
-v1::Tensor RandomBf16(int64_t rows, int64_t cols, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::string bytes;
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    const uint16_t bits = FloatToBf16(uniform(rng));
-    bytes.append(reinterpret_cast<const char*>(&bits), sizeof(bits));
-  }
-  v1::Tensor tensor;
-  tensor.set_dtype(v1::DTYPE_BF16);
-  tensor.add_shape(rows);
-  tensor.add_shape(cols);
-  tensor.set_inline_data(std::move(bytes));
-  return tensor;
-}
-
 class MatmulRunnerTest : public ::testing::Test {
  protected:
   MatmulRunnerTest()
@@ -86,9 +71,11 @@ class MatmulRunnerTest : public ::testing::Test {
   // so that they may share a launch).
   std::unique_ptr<Call> NewCall(uint64_t request_id) {
     auto call = std::make_unique<Call>();
+    absl::StatusOr<v1::MatmulRequest> request =
+        MakeRandomRequest({.m = m_, .n = n_, .k = k_}, rng_);
+    EXPECT_TRUE(request.ok()) << request.status();
+    call->request = *std::move(request);
     call->request.set_request_id(request_id);
-    *call->request.mutable_a() = RandomBf16(m_, k_, rng_);
-    *call->request.mutable_b() = RandomBf16(k_, n_, rng_);
     return call;
   }
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "common/bf16.h"
+#include "client/request_builder.h"
 #include "common/gemm/reference_gemm.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -46,21 +46,6 @@ struct Answer {
   absl::Status status;
 };
 
-v1::Tensor RandomBf16(int64_t rows, int64_t cols, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::string bytes;
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    const uint16_t bits = FloatToBf16(uniform(rng));
-    bytes.append(reinterpret_cast<const char*>(&bits), sizeof(bits));
-  }
-  v1::Tensor tensor;
-  tensor.set_dtype(v1::DTYPE_BF16);
-  tensor.add_shape(rows);
-  tensor.add_shape(cols);
-  tensor.set_inline_data(std::move(bytes));
-  return tensor;
-}
-
 class MatmulServiceTest : public ::testing::Test {
  protected:
   MatmulServiceTest()
@@ -92,8 +77,10 @@ class MatmulServiceTest : public ::testing::Test {
 
   std::unique_ptr<Answer> RandomProduct(int64_t m, int64_t n, int64_t k) {
     auto answer = std::make_unique<Answer>();
-    *answer->request.mutable_a() = RandomBf16(m, k, rng_);
-    *answer->request.mutable_b() = RandomBf16(k, n, rng_);
+    absl::StatusOr<v1::MatmulRequest> request =
+        MakeRandomRequest({.m = m, .n = n, .k = k}, rng_);
+    EXPECT_TRUE(request.ok()) << request.status();
+    answer->request = *std::move(request);
     return answer;
   }
 
@@ -149,8 +136,9 @@ TEST_F(MatmulServiceTest, RequestsThatCannotRunAreAnsweredBeforeSubmitReturns) {
   ASSERT_TRUE(late->done.HasBeenNotified());
   EXPECT_EQ(late->status.code(), absl::StatusCode::kDeadlineExceeded);
 
-  std::unique_ptr<Answer> invalid = RandomProduct(2, 3, 2);  // K 2 vs 3
-  *invalid->request.mutable_b() = RandomBf16(3, 2, rng_);
+  std::unique_ptr<Answer> invalid = RandomProduct(2, 2, 2);  // A: K 2
+  *invalid->request.mutable_b() =
+      RandomProduct(2, 2, 3)->request.b();  // B: K 3 x N 2
   Submit(*invalid, Client("a"));
   ASSERT_TRUE(invalid->done.HasBeenNotified());
   EXPECT_EQ(invalid->status.code(), absl::StatusCode::kInvalidArgument);
