@@ -12,7 +12,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev curl python3-grpcio python3-protobuf
-  prometheus python3-yaml
+  prometheus python3-yaml python3-venv python3-setuptools
   # tools/plot_bench.py (bench charts) and its test.
   python3-matplotlib
   # tests/fuzz and tests/sanitizers: clang with its sanitizer runtimes and

@@ -13,11 +13,20 @@ torch is imported only when a torch tensor is passed, so the package also
 works without it (HostTensor: raw BF16 / FP32 bytes).
 """
 
+from importlib import metadata as _metadata
+
 from ._client import Client, close_default_clients, default_client, matmul
 from ._errors import MatmulError
 from ._tensors import HostTensor, bf16_bytes, floats_from_bf16
 
+try:
+    # The installed distribution's version (client/python/pyproject.toml).
+    __version__ = _metadata.version("matmul-client")
+except _metadata.PackageNotFoundError:  # used from the source tree
+    __version__ = "0.1.0+source"
+
 __all__ = [
+    "__version__",
     "Client",
     "HostTensor",
     "MatmulError",
