@@ -13,9 +13,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/sanitizers/test_targets.sh
 build_dir=${BUILD_DIR:-build-asan}
-# matmul_bench_test and the line chart: client-side report code that the
-# main suite covers, not worth their build time here.
-skip_targets=${ASAN_SKIP_TARGETS:-'^(cublaslt_gemm_test|gemm_selector_test|cuda_backend_test|mma_gemm_test|gpu_fault_test|matmul_bench_test|matmul_line_chart_test)$'}
+# matmul_bench_test: client-side report code that the main suite covers,
+# not worth its build time here.
+skip_targets=${ASAN_SKIP_TARGETS:-'^(cublaslt_gemm_test|gemm_selector_test|cuda_backend_test|mma_gemm_test|gpu_fault_test|matmul_bench_test)$'}
 # _NOT_BUILT: gtest_discover_tests' placeholders for the skipped targets.
 # soak: the soak has its own CI step on the main build. observability and
 # deploy manifests check configuration files, not memory.
