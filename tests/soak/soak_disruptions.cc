@@ -171,16 +171,7 @@ void SoakWorker::StreamDrop() {
   const int reads = static_cast<int>(rng_() % (requests.size() + 1));
   v1::MatmulResponse response;
   for (int i = 0; i < reads && stream->Read(&response); ++i) {
-    const uint64_t id = response.request_id();
-    if (id < 1 || id > requests.size()) {
-      tally().Fail("stream_drop", absl::StrCat("answer for request_id ", id,
-                                               ", which was never sent"));
-      continue;
-    }
-    if (tally().Record("stream_drop", "stream message",
-                       ResponseStatus(response), {StatusCode::kOk})) {
-      CheckInline("stream_drop", requests[id - 1], response);
-    }
+    CheckStreamAnswer("stream_drop", requests, response);
   }
   context.TryCancel();
   tally().Record("stream_drop", "MatmulStream after TryCancel",

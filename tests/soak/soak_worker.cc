@@ -295,6 +295,21 @@ void SoakWorker::CheckRegion(const char* scenario, const RegionRequest& placed,
                       error.ok() ? *error : 0.0, ToleranceOf(placed.reference));
 }
 
+void SoakWorker::CheckStreamAnswer(
+    const char* scenario, const std::vector<v1::MatmulRequest>& requests,
+    const v1::MatmulResponse& response) {
+  const uint64_t id = response.request_id();
+  if (id < 1 || id > requests.size()) {
+    tally().Fail(scenario, absl::StrCat("answer for request_id ", id,
+                                        ", which was never sent"));
+    return;
+  }
+  if (tally().Record(scenario, "stream message", ResponseStatus(response),
+                     {StatusCode::kOk})) {
+    CheckInline(scenario, requests[id - 1], response);
+  }
+}
+
 // --- checked products --------------------------------------------------------
 
 void SoakWorker::ProductInline() {
@@ -353,16 +368,7 @@ void SoakWorker::ProductStream() {
     return;
   }
   for (const v1::MatmulResponse& response : *responses) {
-    const uint64_t id = response.request_id();
-    if (id < 1 || id > requests.size()) {
-      tally().Fail("product_stream", absl::StrCat("answer for request_id ", id,
-                                                  ", which was never sent"));
-      continue;
-    }
-    if (tally().Record("product_stream", "stream message",
-                       ResponseStatus(response), {StatusCode::kOk})) {
-      CheckInline("product_stream", requests[id - 1], response);
-    }
+    CheckStreamAnswer("product_stream", requests, response);
   }
 }
 

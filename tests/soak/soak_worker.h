@@ -120,6 +120,11 @@ class SoakWorker {
   void CheckRegion(const char* scenario, const RegionRequest& placed,
                    const v1::MatmulResponse& response,
                    absl::Span<const char> memory);
+  // Tallies one answer of a MatmulStream that sent `requests` (request_id
+  // i + 1 for requests[i]) and checks it when OK.
+  void CheckStreamAnswer(const char* scenario,
+                         const std::vector<v1::MatmulRequest>& requests,
+                         const v1::MatmulResponse& response);
 
   void ProductInline();
   void ProductShm(bool ring);
