@@ -103,6 +103,8 @@ class RequestRing {
   // False once the daemon ended the AttachRing stream.
   bool attached() const;
 
+  const RequestRingOptions& options() const { return options_; }
+
   // The ring's shm object (unlinked once attached; mapped by both sides).
   const std::string& shm_name() const { return segment_->name(); }
 

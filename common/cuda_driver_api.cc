@@ -49,7 +49,9 @@ absl::StatusOr<CudaDriverApi> LoadCudaDriverApi() {
         Load("cuGetErrorString", &api.get_error_string),
         Load("cuMemCreate", &api.mem_create),
         Load("cuMemExportToShareableHandle", &api.mem_export),
-        Load("cuMemGetAllocationGranularity", &api.mem_get_granularity)}) {
+        Load("cuMemGetAllocationGranularity", &api.mem_get_granularity),
+        Load("cuStreamWaitValue32", &api.stream_wait_value32),
+        Load("cuStreamWriteValue32", &api.stream_write_value32)}) {
     if (!status.ok()) return status;
   }
   return api;

@@ -27,6 +27,10 @@ struct CudaDriverApi {
   decltype(&cuMemCreate) mem_create = nullptr;
   decltype(&cuMemExportToShareableHandle) mem_export = nullptr;
   decltype(&cuMemGetAllocationGranularity) mem_get_granularity = nullptr;
+  // Stream memory operations: stream-ordered products (common/gemm/
+  // stream_order.h).
+  decltype(&cuStreamWaitValue32) stream_wait_value32 = nullptr;
+  decltype(&cuStreamWriteValue32) stream_write_value32 = nullptr;
 
   // "CUDA_ERROR_INVALID_VALUE: invalid argument"-style text for `result`.
   std::string ErrorText(CUresult result) const;

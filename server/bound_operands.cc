@@ -23,6 +23,57 @@ const char* Aligned(const std::string& bytes, std::vector<uint32_t>* copy) {
 
 }  // namespace
 
+absl::Status BoundOperands::BindStreamOrder(const v1::StreamOrder& order,
+                                            const std::string& session_id,
+                                            const RegionRegistry& registry,
+                                            bool device_pointers) {
+  if (!device_pointers) {
+    return absl::FailedPreconditionError(
+        "stream_order needs the CUDA backend; this daemon computes on the "
+        "CPU");
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Region> region,
+                   registry.Find(session_id, order.region_id()));
+  // The daemon's CPU watches the wait word too (to stop waiting for a
+  // client that is gone), so it must be host memory.
+  if (region->host_data() == nullptr || region->device_data() == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stream_order: region '", order.region_id(), "' is a ", region->kind(),
+        " region; the words must be in a shm region"));
+  }
+  const uint64_t size = static_cast<uint64_t>(region->size_bytes());
+  for (uint64_t offset : {order.wait_offset_bytes(),
+                          order.signal() ? order.signal_offset_bytes() : 0}) {
+    if (offset > size || size - offset < sizeof(uint32_t)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stream_order: a word at offset ", offset, " lies outside region '",
+          order.region_id(), "' of ", size, " bytes"));
+    }
+  }
+  auto* host = static_cast<char*>(region->host_data());
+  auto* device = static_cast<char*>(region->device_data());
+  stream_order_.wait_host = reinterpret_cast<std::atomic<uint32_t>*>(
+      host + order.wait_offset_bytes());
+  stream_order_.wait_device = device + order.wait_offset_bytes();
+  stream_order_.wait_value = order.wait_value();
+  if (order.signal()) {
+    stream_order_.signal_device = device + order.signal_offset_bytes();
+    stream_order_.signal_host = reinterpret_cast<std::atomic<uint32_t>*>(
+        host + order.signal_offset_bytes());
+    stream_order_.signal_value = order.signal_value();
+  }
+  problem_.stream_order = &stream_order_;
+  if (std::find(regions_.begin(), regions_.end(), region) == regions_.end()) {
+    regions_.push_back(std::move(region));
+  }
+  return absl::OkStatus();
+}
+
+void BoundOperands::SetStreamOrderGiveUp(
+    std::function<absl::Status()> give_up) {
+  stream_order_.give_up = std::move(give_up);
+}
+
 absl::StatusOr<const char*> BoundOperands::Resolve(
     const v1::Tensor& tensor, const CheckedTensor& checked,
     const std::string& name, const std::string& session_id,
@@ -105,6 +156,11 @@ absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::Bind(
                                   device_pointers, &bound->b_copy_, &b_span));
   p.a.data = a;
   p.b.data = b;
+
+  if (request.has_stream_order()) {
+    RETURN_IF_ERROR(bound->BindStreamOrder(request.stream_order(), session,
+                                           registry, device_pointers));
+  }
 
   if (plan.output_in_region) {
     ASSIGN_OR_RETURN(

@@ -9,6 +9,7 @@
 #ifndef MATMUL_SERVER_BOUND_OPERANDS_H_
 #define MATMUL_SERVER_BOUND_OPERANDS_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/gemm/gemm_problem.h"
+#include "common/gemm/stream_order.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/regions/region_registry.h"
 #include "server/request_validation.h"
@@ -51,6 +53,12 @@ class BoundOperands {
   // the product ran, and answer its status instead of the result when it
   // is not OK (the product may have read zeros for the client's data).
   absl::Status CheckRegionsIntact() const;
+  // Set for a request with a stream_order: what its product waits for and
+  // signals (GemmProblem::stream_order points here).
+  bool stream_ordered() const { return problem_.stream_order != nullptr; }
+  // What the backend asks while the product waits for the client's stream
+  // (see StreamOrder::give_up).
+  void SetStreamOrderGiveUp(std::function<absl::Status()> give_up);
   // Moves the inline result out (empty when the output is in a region).
   std::string TakeOutput() { return std::move(output_); }
 
@@ -68,6 +76,11 @@ class BoundOperands {
     }
   };
 
+  // Resolves the request's stream_order words in their shm region.
+  absl::Status BindStreamOrder(const v1::StreamOrder& order,
+                               const std::string& session_id,
+                               const RegionRegistry& registry,
+                               bool device_pointers);
   // Resolves one operand to its first element's address; `span` is set for
   // an operand in a region.
   absl::StatusOr<const char*> Resolve(
@@ -77,6 +90,7 @@ class BoundOperands {
       std::vector<uint32_t>* realigned, std::optional<Span>* span);
 
   GemmProblem problem_;
+  StreamOrder stream_order_;
   bool on_device_ = false;
   int cuda_device_ = -1;
   std::string output_;

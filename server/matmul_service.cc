@@ -166,11 +166,34 @@ void MatmulServiceImpl::Submit(CallControl control,
   product->control = std::move(control);
   product->accepted = accepted;
   product->finish = std::move(finish);
-  const int max_batch =
+  int max_batch =
       (*lane)->backend->MaxUsefulBatch(product->operands->problem());
   // Products the backend runs alone queue apart: a key's first product sets
   // its batches' cap, and the batch count (not in BatchKey) can change it.
   if (max_batch == 1) key += "|alone";
+  if (product->operands->stream_ordered()) {
+    // A product that signals the client's stream must not share a launch:
+    // the client's next product waits, through that stream, for its
+    // signal, so a launch holding both would wait for itself.
+    if (request->stream_order().signal()) {
+      key += "|ordered";
+      max_batch = 1;
+    }
+    product->operands->SetStreamOrderGiveUp(
+        [product = product.get()]() -> absl::Status {
+          if (absl::Now() >= product->control.deadline) {
+            return absl::DeadlineExceededError(
+                "the client's CUDA stream did not reach the product before "
+                "the request's deadline");
+          }
+          if (product->control.cancelled && product->control.cancelled()) {
+            return absl::CancelledError(
+                "the client went away while its product waited for its "
+                "CUDA stream");
+          }
+          return absl::OkStatus();
+        });
+  }
   // Submit moves from `product` only when it accepts it.
   if (absl::Status refusal =
           (*lane)->executor->Submit(key, std::move(product), max_batch);

@@ -185,6 +185,30 @@ absl::StatusOr<CheckedTensor> CheckTensor(const v1::Tensor& tensor,
   return checked;
 }
 
+// A stream-ordered product runs where the client's GPU work put its
+// operands, and its output is read there: every operand is in a region.
+absl::Status CheckStreamOrder(const v1::StreamOrder& order,
+                              const MatmulPlan& plan) {
+  if (!plan.a.in_region || !plan.b.in_region || !plan.c || !plan.c->in_region) {
+    return absl::InvalidArgumentError(
+        "stream_order needs A, B and C all in regions (the product runs "
+        "where the client's stream left them)");
+  }
+  if (order.region_id().empty()) {
+    return absl::InvalidArgumentError(
+        "stream_order.region_id is empty; name the shm region that holds "
+        "the wait and signal words");
+  }
+  if (order.wait_offset_bytes() % 4 != 0 ||
+      (order.signal() && order.signal_offset_bytes() % 4 != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stream_order: the wait word (offset ", order.wait_offset_bytes(),
+        ") and the signal word (offset ", order.signal_offset_bytes(),
+        ") must be 4-byte aligned"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
@@ -232,6 +256,10 @@ absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
     }
   } else {
     p.c_dtype = plan.c ? plan.c->dtype : DType::kBF16;
+  }
+
+  if (request.has_stream_order()) {
+    RETURN_IF_ERROR(CheckStreamOrder(request.stream_order(), plan));
   }
 
   if (plan.c && plan.c->in_region) {  // written in place

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/tests/gpu_test_util.h"
+#include "tests/cuda_backend_maker.h"
 #include "tests/test_daemon.h"
 
 namespace matmul {
@@ -36,20 +37,6 @@ HealthStatus Health(const std::string& target) {
   const grpc::Status status = stub->Check(&context, request, &response);
   return status.ok() ? response.status()
                      : grpc::health::v1::HealthCheckResponse::UNKNOWN;
-}
-
-std::function<std::unique_ptr<GemmBackend>()> CudaBackendMaker(
-    const cuda::CudaBackendOptions& options) {
-  return [options]() -> std::unique_ptr<GemmBackend> {
-    absl::StatusOr<std::unique_ptr<GemmBackend>> backend =
-        cuda::CreateCudaBackend(options);
-    if (!backend.ok()) {
-      std::fprintf(stderr, "CUDA backend: %s\n",
-                   backend.status().ToString().c_str());
-      return nullptr;
-    }
-    return *std::move(backend);
-  };
 }
 
 const char* CodeName(const absl::Status& status) {

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/gemm/stream_order.h"
+
 namespace matmul {
 
 enum class DType : uint8_t { kBF16, kFP32 };
@@ -60,6 +62,9 @@ struct GemmProblem {
   DType c_dtype = DType::kBF16;
   float alpha = 1.0f;
   float beta = 0.0f;
+  // Set for a stream-ordered product (a GPU backend only); owned by the
+  // caller.
+  const StreamOrder* stream_order = nullptr;
 
   double flops() const { return 2.0 * batch * m * n * k; }
 };

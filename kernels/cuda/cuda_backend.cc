@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/gemm/matrix_layout.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/client_stream_order.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/staging.h"
@@ -83,7 +84,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
       info_(std::move(info)),
       selector_(std::move(selector)),
       slots_(std::move(slots)),
-      schedule_(std::move(schedule)) {}
+      schedule_(std::move(schedule)),
+      driver_api_(LoadCudaDriverApi()) {}
 
 CudaBackend::~CudaBackend() {
   // Stop background tuning (whose guard holds the slots) before the slots,
@@ -161,7 +163,60 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
-  return RunDeviceOnSlot(p, lease.slot(), /*after_slot_work=*/false);
+  return RunOneOnSlot(p, lease.slot());
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
+                                                      StreamSlot& slot) {
+  if (p.stream_order == nullptr) {
+    return RunDeviceOnSlot(p, slot, /*after_slot_work=*/false);
+  }
+  const GemmProblem* one[] = {&p};
+  return RunOrdered(
+      one, slot, [&](const ProductSchedule::AfterProduct& signal) {
+        // After the wait for the client's stream.
+        return RunDeviceOnSlot(p, slot, /*after_slot_work=*/true, signal);
+      });
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunOrdered(
+    absl::Span<const GemmProblem* const> problems, StreamSlot& slot,
+    absl::FunctionRef<absl::StatusOr<GemmRunInfo>(
+        const ProductSchedule::AfterProduct& signal)>
+        run) {
+  if (!driver_api_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("stream-ordered products need the CUDA driver's stream "
+                     "memory operations: ",
+                     driver_api_.status().message()));
+  }
+  if (absl::Status queued =
+          QueueClientWaits(*driver_api_, problems, slot.stream.get());
+      !queued.ok()) {
+    ReleaseClientWaits(problems);
+    return queued;
+  }
+  std::vector<std::unique_ptr<OrderWatchdog::Watch>> watches;
+  for (const GemmProblem* p : problems) {
+    if (p->stream_order != nullptr) {
+      watches.push_back(order_watchdog_.Start(*p->stream_order));
+    }
+  }
+  absl::StatusOr<GemmRunInfo> info = run([&](cudaStream_t stream) {
+    return QueueClientSignals(*driver_api_, problems, stream);
+  });
+  if (!info.ok()) {
+    // Nothing may stay queued behind a wait on this slot's stream.
+    ReleaseClientWaits(problems);
+    return info;
+  }
+  for (const std::unique_ptr<OrderWatchdog::Watch>& watch : watches) {
+    RETURN_IF_ERROR(watch->status());
+  }
+  // `run` queued the signals behind the product when it could; where it
+  // could not (batched launches) the products are complete now.
+  StoreClientSignals(problems);
+  return info;
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
@@ -179,9 +234,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
     ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
     GemmRunInfo total;
     for (const GemmProblem* p : problems) {
-      ASSIGN_OR_RETURN(GemmRunInfo one,
-                       RunDeviceOnSlot(*p, lease.slot(),
-                                       /*after_slot_work=*/false));
+      ASSIGN_OR_RETURN(GemmRunInfo one, RunOneOnSlot(*p, lease.slot()));
       total.kernel = one.kernel;
       total.kernel_seconds += one.kernel_seconds;
     }
@@ -192,6 +245,15 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
   RETURN_IF_ERROR(ValidateForCuda(combined.problem()));
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
   StreamSlot& slot = lease.slot();
+  if (!AnyStreamOrdered(problems)) return RunCombined(combined, slot);
+  return RunOrdered(problems, slot,
+                    [&](const ProductSchedule::AfterProduct& /*signal*/) {
+                      return RunCombined(combined, slot);
+                    });
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunCombined(
+    const CombinedProblem& combined, StreamSlot& slot) {
   // The kernels read the pointer arrays on the device: copy all three into
   // the slot's buffer (from pageable memory the copy has consumed the host
   // arrays when the call returns).
@@ -211,6 +273,8 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
       "cudaMemcpyAsync(pointer arrays)"));
   const auto* arrays =
       static_cast<const void* const*>(slot.pointer_arrays.data());
+  // Keeps the parts' stream_order mark (gemm_batch.h): a launch that waited
+  // for clients' streams on this slot's stream runs on it.
   GemmProblem p = combined.problem();
   p.a.pointers = arrays;
   p.b.pointers = arrays + entries;

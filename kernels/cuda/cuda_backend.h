@@ -33,9 +33,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/cuda_driver_api.h"
 #include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/client_stream_order.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_selector.h"
@@ -43,6 +46,7 @@
 #include "kernels/cuda/stream_slots.h"
 #include "kernels/cuda/validate_problem.h"
 #include "kernels/gemm_backend.h"
+#include "kernels/gemm_batch.h"
 
 namespace matmul::cuda {
 
@@ -116,6 +120,23 @@ class CudaBackend : public GemmBackend {
               std::unique_ptr<StreamSlotPool> slots,
               std::unique_ptr<ProductSchedule> schedule);
 
+  // RunDeviceOnSlot, between the wait for the client's stream and the
+  // signal (RunOrdered) when `problem` is stream-ordered.
+  absl::StatusOr<GemmRunInfo> RunOneOnSlot(const GemmProblem& problem,
+                                           StreamSlot& slot);
+  // Queues the waits for the clients' streams of the stream-ordered ones
+  // among `problems` on the slot's stream and watches them, then `run`s the
+  // products (which queues `signal` behind them where it can), then writes
+  // the signals that are left. The watchdog's status when it gave up a
+  // wait.
+  absl::StatusOr<GemmRunInfo> RunOrdered(
+      absl::Span<const GemmProblem* const> problems, StreamSlot& slot,
+      absl::FunctionRef<absl::StatusOr<GemmRunInfo>(
+          const ProductSchedule::AfterProduct& signal)>
+          run);
+  // Several products of one BatchKey as one pointer-array launch.
+  absl::StatusOr<GemmRunInfo> RunCombined(const CombinedProblem& combined,
+                                          StreamSlot& slot);
   // True when `problem` alone has a wave of 128x128 tiles for the device.
   bool FillsDevice(const GemmProblem& problem) const;
   // Gathers what `problem` needs into the form the kernels take, runs it
@@ -134,6 +155,10 @@ class CudaBackend : public GemmBackend {
   std::unique_ptr<GemmSelector> selector_;
   std::unique_ptr<StreamSlotPool> slots_;
   std::unique_ptr<ProductSchedule> schedule_;
+  // Stream memory operations for stream-ordered products (the error, if
+  // the driver has none, is theirs).
+  const absl::StatusOr<CudaDriverApi> driver_api_;
+  OrderWatchdog order_watchdog_;
   // Device memory held back by test_only_memory_headroom_bytes.
   DeviceBuffer test_only_ballast_;
 };
