@@ -1,0 +1,331 @@
+"""How a PyTorch user's products through the daemon compare with torch.matmul
+in the same process (issue 21's PyTorch done-when lines), on CUDA tensors,
+every product NT (y = x @ w.T, w as nn.Linear holds it):
+
+  per call     each call followed by torch.cuda.synchronize(): p50 of the
+               wall time per call, for 256x256x256, 16x4096x4096 and the
+               seed's four shapes.
+  100 in a row stream-ordered calls with no synchronize between them (as a
+               model's forward pass issues them), timed by CUDA events
+               around the 100: torch's time / the daemon's (>= 1 is as
+               fast as torch), for the seed's four shapes.
+  8 processes  each calling 16x4096x4096 products one after another with
+               its own weights (stream-ordered; synchronize at the end):
+               aggregate products/s through the daemon / with
+               torch.matmul in the same eight processes (whose contexts
+               time-slice the GPU).
+
+Every figure is the median of --repeat repetitions with their min..max;
+the two sides of a comparison alternate within each repetition. Each
+shape's daemon result is checked against torch first (relative norm error
+< 1e-2; the script fails otherwise). Prints a table with the issue's
+targets beside the figures and writes everything to --json.
+
+    python3 tests/gpu/python/native_speed.py --target=unix:/path/matmul.sock \\
+        --json=$OUT/native_speed.json
+(tests/gpu/python/native_speed.sh starts a daemon from the bundle and runs
+this.)
+"""
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+
+import torch  # noqa: E402
+
+import matmul_client  # noqa: E402
+
+SMALL_SHAPES = [(256, 256, 256), (16, 4096, 4096)]  # M, N, K
+SEED_SHAPES = [(5120, 11008, 2048), (5120, 2048, 11008), (5120, 2048, 2048),
+               (5120, 512, 2048)]
+PER_CALL_TARGET_US = {(256, 256, 256): 50.0, (16, 4096, 4096): 50.0}
+IN_A_ROW_TARGET = {(5120, 11008, 2048): 0.95, (5120, 2048, 11008): 0.95,
+                   (5120, 2048, 2048): 0.90, (5120, 512, 2048): 0.80}
+PROCESSES_TARGET = 3.0
+PROCESSES_SHAPE = (16, 4096, 4096)
+
+
+def spread(values):
+    """{median, min, max} of repeated figures."""
+    return {"median": statistics.median(values), "min": min(values),
+            "max": max(values), "runs": list(values)}
+
+
+def cell(figure, fmt="%.1f"):
+    return (fmt % figure["median"]) + " (" + (fmt % figure["min"]) + ".." + \
+        (fmt % figure["max"]) + ")"
+
+
+def operands(m, n, k, seed=0):
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16,
+                    generator=generator)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16,
+                    generator=generator)
+    return x, w
+
+
+def daemon_product(target):
+    def product(x, w):
+        return matmul_client.matmul(x, w, transpose_b=True, target=target)
+    return product
+
+
+def torch_product(x, w):
+    return torch.matmul(x, w.T)
+
+
+def check_result(target, m, n, k):
+    x, w = operands(m, n, k, seed=1)
+    got = daemon_product(target)(x, w)
+    want = x.float() @ w.float().T
+    torch.cuda.synchronize()
+    return ((got.float() - want).norm() / want.norm()).item()
+
+
+# --- per call, synchronize after each ----------------------------------------
+
+def per_call_p50_us(product, x, w, calls):
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        product(x, w)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def measure_per_call(target, shapes, repeat):
+    rows = []
+    for (m, n, k) in shapes:
+        x, w = operands(m, n, k)
+        calls = 200 if m * n * k <= 16 * 4096 * 4096 else 40
+        ours, theirs = daemon_product(target), torch_product
+        for product in (ours, theirs):  # warm: regions, heuristics, tuning
+            per_call_p50_us(product, x, w, 10)
+        daemon_us, torch_us = [], []
+        for _ in range(repeat):
+            daemon_us.append(per_call_p50_us(ours, x, w, calls))
+            torch_us.append(per_call_p50_us(theirs, x, w, calls))
+        rows.append({"shape": [m, n, k], "calls": calls,
+                     "daemon_us": spread(daemon_us),
+                     "torch_us": spread(torch_us),
+                     "target_us": PER_CALL_TARGET_US.get((m, n, k))})
+        print(".", end="", flush=True, file=sys.stderr)
+    return rows
+
+
+# --- 100 stream-ordered products in a row ------------------------------------
+
+def in_a_row_ms(product, x, w, count):
+    start, end = torch.cuda.Event(enable_timing=True), \
+        torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(count):
+        product(x, w)
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def measure_in_a_row(target, shapes, repeat, count=100):
+    rows = []
+    for (m, n, k) in shapes:
+        x, w = operands(m, n, k)
+        ours, theirs = daemon_product(target), torch_product
+        for product in (ours, theirs):
+            in_a_row_ms(product, x, w, 10)
+        daemon_ms, torch_ms, ratio = [], [], []
+        for _ in range(repeat):
+            daemon_ms.append(in_a_row_ms(ours, x, w, count))
+            torch_ms.append(in_a_row_ms(theirs, x, w, count))
+            ratio.append(torch_ms[-1] / daemon_ms[-1])
+        flops = 2.0 * m * n * k * count
+        rows.append({
+            "shape": [m, n, k], "count": count,
+            "daemon_ms": spread(daemon_ms), "torch_ms": spread(torch_ms),
+            "daemon_tflops": spread([flops / t * 1e-9 for t in daemon_ms]),
+            "torch_tflops": spread([flops / t * 1e-9 for t in torch_ms]),
+            "ratio": spread(ratio), "target_ratio": IN_A_ROW_TARGET.get(
+                (m, n, k))})
+        print(".", end="", flush=True, file=sys.stderr)
+    return rows
+
+
+# --- eight processes ----------------------------------------------------------
+
+def process_worker(index, target, modes, repeat, count, barrier, results):
+    """One of the processes: its own weights, `count` products per round,
+    one round per (mode, repetition), started together at the barrier."""
+    m, n, k = PROCESSES_SHAPE
+    x, w = operands(m, n, k, seed=100 + index)
+    products = {"daemon": daemon_product(target), "torch": torch_product}
+    for mode in modes:  # warm
+        for _ in range(20):
+            products[mode](x, w)
+    torch.cuda.synchronize()
+    for r in range(repeat):
+        for mode in modes:
+            barrier.wait()
+            start = time.monotonic()  # CLOCK_MONOTONIC: one clock for all
+            for _ in range(count):
+                products[mode](x, w)
+            torch.cuda.synchronize()
+            results.put((mode, r, index, start, time.monotonic()))
+    barrier.wait()
+
+
+def measure_processes(target, processes, repeat, count):
+    context = multiprocessing.get_context("spawn")  # CUDA in children
+    modes = ["daemon", "torch"]
+    barrier = context.Barrier(processes)
+    results = context.Queue()
+    workers = [context.Process(target=process_worker,
+                               args=(i, target, modes, repeat, count,
+                                     barrier, results))
+               for i in range(processes)]
+    for worker in workers:
+        worker.start()
+    rounds = {}
+    for _ in range(len(modes) * repeat * processes):
+        mode, r, _, start, end = results.get(timeout=600)
+        rounds.setdefault((mode, r), []).append((start, end))
+    for worker in workers:
+        worker.join(timeout=60)
+        if worker.exitcode != 0:
+            raise RuntimeError(f"a process worker exited {worker.exitcode}")
+    rates = {mode: [] for mode in modes}
+    for (mode, r), spans in sorted(rounds.items()):
+        wall = max(e for _, e in spans) - min(s for s, _ in spans)
+        rates[mode].append(processes * count / wall)
+    ratio = [d / t for d, t in zip(rates["daemon"], rates["torch"])]
+    # One process calling torch.matmul alone, for scale.
+    m, n, k = PROCESSES_SHAPE
+    x, w = operands(m, n, k)
+    alone = []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        start = time.monotonic()
+        for _ in range(count):
+            torch_product(x, w)
+        torch.cuda.synchronize()
+        alone.append(count / (time.monotonic() - start))
+    return {"shape": list(PROCESSES_SHAPE), "processes": processes,
+            "products_per_process": count,
+            "daemon_per_s": spread(rates["daemon"]),
+            "torch_per_s": spread(rates["torch"]),
+            "torch_one_process_per_s": spread(alone),
+            "ratio": spread(ratio), "target_ratio": PROCESSES_TARGET}
+
+
+# --- report ------------------------------------------------------------------
+
+def verdict(value, target, higher_is_better):
+    if target is None:
+        return "reported"
+    met = value >= target if higher_is_better else value <= target
+    return ("met" if met else "NOT met") + (" (>= %g)" if higher_is_better
+                                            else " (<= %g)") % target
+
+
+def table(report):
+    shape = lambda s: "x".join(map(str, s))  # noqa: E731
+    lines = [f"native_speed: torch {report['torch']}, {report['gpu']}, "
+             f"matmul_client {report['matmul_client']}; median (min..max) "
+             f"of {report['repeat']} repetitions", "",
+             "per call, torch.cuda.synchronize() after each (p50, us)",
+             "%-18s %22s %22s  %s" % ("shape NT", "daemon", "torch.matmul",
+                                      "target")]
+    for row in report["per_call"]:
+        lines.append("%-18s %22s %22s  %s" % (
+            shape(row["shape"]), cell(row["daemon_us"]),
+            cell(row["torch_us"]), verdict(row["daemon_us"]["median"],
+                                           row["target_us"], False)))
+    lines += ["", "100 stream-ordered products in a row (CUDA events; "
+              "TFLOP/s; ratio = torch time / daemon time)",
+              "%-18s %20s %20s %20s  %s" % ("shape NT", "daemon", "torch",
+                                            "ratio", "target")]
+    for row in report["in_a_row"]:
+        lines.append("%-18s %20s %20s %20s  %s" % (
+            shape(row["shape"]), cell(row["daemon_tflops"], "%.0f"),
+            cell(row["torch_tflops"], "%.0f"), cell(row["ratio"], "%.3f"),
+            verdict(row["ratio"]["median"], row["target_ratio"], True)))
+    p = report.get("processes")
+    if p:
+        lines += ["", f"{p['processes']} processes, {shape(p['shape'])} NT "
+                  f"serially, own weights ({p['products_per_process']} "
+                  "each; products/s in all)",
+                  "  daemon:             " + cell(p["daemon_per_s"], "%.0f"),
+                  "  torch.matmul:       " + cell(p["torch_per_s"], "%.0f"),
+                  "  torch, one process: " + cell(p["torch_one_process_per_s"],
+                                                  "%.0f"),
+                  "  ratio daemon/torch: " + cell(p["ratio"], "%.2f") + "  "
+                  + verdict(p["ratio"]["median"], p["target_ratio"], True)]
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--target", required=True,
+                        help="the daemon, e.g. unix:/run/matmul/matmul.sock")
+    parser.add_argument("--json", default="", help="write the report here")
+    parser.add_argument("--repeat", type=int, default=5,
+                        help="repetitions of every figure (default 5)")
+    parser.add_argument("--processes", type=int, default=8,
+                        help="processes of the last part (0 skips it)")
+    parser.add_argument("--process_products", type=int, default=1000,
+                        help="products per process per repetition")
+    parser.add_argument("--only", default="",
+                        help="comma-separated parts to run: per_call, "
+                        "in_a_row, processes (default all)")
+    args = parser.parse_args()
+    parts = set(args.only.split(",")) if args.only else {
+        "per_call", "in_a_row", "processes"}
+    native = "absent"
+    try:
+        from matmul_client import _native  # noqa: F401
+        native = "present"
+    except ImportError:
+        pass
+    report = {"torch": torch.__version__,
+              "gpu": torch.cuda.get_device_name(),
+              "matmul_client": f"{matmul_client.__version__}, extension "
+                               f"{native}",
+              "repeat": args.repeat, "errors": {}}
+    failed = []
+    for (m, n, k) in SMALL_SHAPES + SEED_SHAPES:
+        error = check_result(args.target, m, n, k)
+        report["errors"][f"{m}x{n}x{k}"] = error
+        if not error < 1e-2:
+            failed.append(f"{m}x{n}x{k}: relative error {error:.2e}")
+    if "per_call" in parts:
+        report["per_call"] = measure_per_call(
+            args.target, SMALL_SHAPES + SEED_SHAPES, args.repeat)
+    else:
+        report["per_call"] = []
+    report["in_a_row"] = measure_in_a_row(
+        args.target, SEED_SHAPES, args.repeat) if "in_a_row" in parts else []
+    if "processes" in parts and args.processes > 0:
+        report["processes"] = measure_processes(
+            args.target, args.processes, args.repeat, args.process_products)
+    print(file=sys.stderr)
+    print(table(report))
+    for line in failed:
+        print("WRONG RESULT " + line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
