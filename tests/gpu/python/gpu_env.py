@@ -10,7 +10,8 @@ import sys
 import unittest
 import urllib.request
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
 
 

@@ -10,10 +10,11 @@ every product NT (y = x @ w.T, w as nn.Linear holds it):
                around the 100: torch's time / the daemon's (>= 1 is as
                fast as torch), for the seed's four shapes.
   8 processes  each calling 16x4096x4096 products one after another with
-               its own weights (stream-ordered; synchronize at the end):
-               aggregate products/s through the daemon / with
-               torch.matmul in the same eight processes (whose contexts
-               time-slice the GPU).
+               its own weights: aggregate products/s through the daemon /
+               with torch.matmul in the same eight processes (whose
+               contexts time-slice the GPU); each product waited for
+               before the next (the issue's reference), and stream-ordered
+               calls waited for at the end of the round.
 
 Every figure is the median of --repeat repetitions with their min..max;
 the two sides of a comparison alternate within each repetition. Each
@@ -28,6 +29,7 @@ this.)
 """
 
 import argparse
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -35,7 +37,8 @@ import statistics
 import sys
 import time
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPO = os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "client", "python"))
 
 import torch  # noqa: E402
@@ -161,69 +164,86 @@ def measure_in_a_row(target, shapes, repeat, count=100):
 
 
 # --- eight processes ----------------------------------------------------------
+#
+# Two ways to call serially: "sync", each product waited for (a
+# torch.cuda.synchronize() after each call) before the next, which is what
+# the issue's reference figures are (8 processes time-slicing the GPU:
+# 6,465 products/s, one alone 26,937); and "stream", stream-ordered calls
+# with no wait until the end of the round, reported beside it.
 
-def process_worker(index, target, modes, repeat, count, barrier, results):
+PROCESS_MODES = [("daemon", "sync"), ("torch", "sync"), ("daemon", "stream"),
+                 ("torch", "stream")]
+
+
+def process_round(product, x, w, count, sync):
+    start = time.monotonic()  # CLOCK_MONOTONIC: one clock for all processes
+    for _ in range(count):
+        product(x, w)
+        if sync:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return start, time.monotonic()
+
+
+def process_worker(index, target, repeat, count, barrier, results):
     """One of the processes: its own weights, `count` products per round,
-    one round per (mode, repetition), started together at the barrier."""
+    one round per (repetition, mode), all processes starting a round
+    together at the barrier."""
     m, n, k = PROCESSES_SHAPE
     x, w = operands(m, n, k, seed=100 + index)
     products = {"daemon": daemon_product(target), "torch": torch_product}
-    for mode in modes:  # warm
-        for _ in range(20):
-            products[mode](x, w)
-    torch.cuda.synchronize()
+    for side in products:  # warm
+        process_round(products[side], x, w, 20, True)
     for r in range(repeat):
-        for mode in modes:
+        for side, how in PROCESS_MODES:
             barrier.wait()
-            start = time.monotonic()  # CLOCK_MONOTONIC: one clock for all
-            for _ in range(count):
-                products[mode](x, w)
-            torch.cuda.synchronize()
-            results.put((mode, r, index, start, time.monotonic()))
+            start, end = process_round(products[side], x, w, count,
+                                       how == "sync")
+            results.put((side, how, r, start, end))
     barrier.wait()
 
 
 def measure_processes(target, processes, repeat, count):
     context = multiprocessing.get_context("spawn")  # CUDA in children
-    modes = ["daemon", "torch"]
     barrier = context.Barrier(processes)
     results = context.Queue()
     workers = [context.Process(target=process_worker,
-                               args=(i, target, modes, repeat, count,
-                                     barrier, results))
+                               args=(i, target, repeat, count, barrier,
+                                     results))
                for i in range(processes)]
     for worker in workers:
         worker.start()
     rounds = {}
-    for _ in range(len(modes) * repeat * processes):
-        mode, r, _, start, end = results.get(timeout=600)
-        rounds.setdefault((mode, r), []).append((start, end))
+    for _ in range(len(PROCESS_MODES) * repeat * processes):
+        side, how, r, start, end = results.get(timeout=600)
+        rounds.setdefault((side, how, r), []).append((start, end))
     for worker in workers:
         worker.join(timeout=60)
         if worker.exitcode != 0:
             raise RuntimeError(f"a process worker exited {worker.exitcode}")
-    rates = {mode: [] for mode in modes}
-    for (mode, r), spans in sorted(rounds.items()):
+    rates = {}
+    for (side, how, r), spans in sorted(rounds.items()):
         wall = max(e for _, e in spans) - min(s for s, _ in spans)
-        rates[mode].append(processes * count / wall)
-    ratio = [d / t for d, t in zip(rates["daemon"], rates["torch"])]
+        rates.setdefault((side, how), []).append(processes * count / wall)
     # One process calling torch.matmul alone, for scale.
     m, n, k = PROCESSES_SHAPE
     x, w = operands(m, n, k)
-    alone = []
+    alone = {"sync": [], "stream": []}
     for _ in range(repeat):
-        torch.cuda.synchronize()
-        start = time.monotonic()
-        for _ in range(count):
-            torch_product(x, w)
-        torch.cuda.synchronize()
-        alone.append(count / (time.monotonic() - start))
-    return {"shape": list(PROCESSES_SHAPE), "processes": processes,
-            "products_per_process": count,
-            "daemon_per_s": spread(rates["daemon"]),
-            "torch_per_s": spread(rates["torch"]),
-            "torch_one_process_per_s": spread(alone),
-            "ratio": spread(ratio), "target_ratio": PROCESSES_TARGET}
+        for how in alone:
+            start, end = process_round(torch_product, x, w, count,
+                                       how == "sync")
+            alone[how].append(count / (end - start))
+    report = {"shape": list(PROCESSES_SHAPE), "processes": processes,
+              "products_per_process": count}
+    for how in ("sync", "stream"):
+        daemon, local = rates[("daemon", how)], rates[("torch", how)]
+        report[how] = {
+            "daemon_per_s": spread(daemon), "torch_per_s": spread(local),
+            "torch_one_process_per_s": spread(alone[how]),
+            "ratio": spread([d / t for d, t in zip(daemon, local)]),
+            "target_ratio": PROCESSES_TARGET if how == "sync" else None}
+    return report
 
 
 # --- report ------------------------------------------------------------------
@@ -263,12 +283,19 @@ def table(report):
         lines += ["", f"{p['processes']} processes, {shape(p['shape'])} NT "
                   f"serially, own weights ({p['products_per_process']} "
                   "each; products/s in all)",
-                  "  daemon:             " + cell(p["daemon_per_s"], "%.0f"),
-                  "  torch.matmul:       " + cell(p["torch_per_s"], "%.0f"),
-                  "  torch, one process: " + cell(p["torch_one_process_per_s"],
-                                                  "%.0f"),
-                  "  ratio daemon/torch: " + cell(p["ratio"], "%.2f") + "  "
-                  + verdict(p["ratio"]["median"], p["target_ratio"], True)]
+                  "%-36s %18s %18s" % ("", "sync after each",
+                                       "stream-ordered")]
+        for label, key, fmt in (
+                ("daemon", "daemon_per_s", "%.0f"),
+                ("torch.matmul", "torch_per_s", "%.0f"),
+                ("torch.matmul, one process alone",
+                 "torch_one_process_per_s", "%.0f"),
+                ("ratio daemon / torch.matmul", "ratio", "%.2f")):
+            lines.append("  %-34s %18s %18s" % (
+                label, cell(p["sync"][key], fmt), cell(p["stream"][key], fmt)))
+        lines.append("  target (sync after each, as the issue's reference): "
+                     + verdict(p["sync"]["ratio"]["median"],
+                               p["sync"]["target_ratio"], True))
     return "\n".join(lines)
 
 
@@ -290,12 +317,8 @@ def main():
     args = parser.parse_args()
     parts = set(args.only.split(",")) if args.only else {
         "per_call", "in_a_row", "processes"}
-    native = "absent"
-    try:
-        from matmul_client import _native  # noqa: F401
-        native = "present"
-    except ImportError:
-        pass
+    native = ("present" if importlib.util.find_spec("matmul_client._native")
+              else "absent")
     report = {"torch": torch.__version__,
               "gpu": torch.cuda.get_device_name(),
               "matmul_client": f"{matmul_client.__version__}, extension "

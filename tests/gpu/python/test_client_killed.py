@@ -1,11 +1,12 @@
 """A client process killed (SIGKILL) while its products are in flight: the
 daemon keeps serving another client, and frees what the dead one held:
-ListRegions for its session goes to nothing (the session ends), and where
-the daemon serves metrics, matmul_regions and matmul_sessions come back to
-what they were without the victim.
+the session ends (ListRegions for it: NOT_FOUND, where it said
+PERMISSION_DENIED while the victim lived), and where the daemon serves
+metrics, matmul_regions and matmul_sessions come back to what they were
+without the victim.
 
-The victim is busy_client.py; it is killed once ListRegions shows one of
-its regions with requests in flight.
+The victim is busy_client.py; it is killed once it has seen requests in
+flight on its regions (ListRegions of its own session).
 
     MATMUL_TARGET=unix:/path/matmul.sock [MATMUL_METRICS_URL=http://...] \\
         python3 -m unittest discover -s tests/gpu/python -p 'test_client*'
@@ -15,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -36,16 +38,20 @@ class ClientKilledTest(unittest.TestCase):
         from matmul_client._proto import matmul_pb2
         matmul_client, pb = module, matmul_pb2
 
-    def regions_of(self, survivor, session):
-        """The session's regions, or None once the daemon no longer knows
-        the session."""
+    def session_gone(self, survivor, session):
+        """Whether the daemon has ended `session` (ListRegions: NOT_FOUND;
+        while it lives, PERMISSION_DENIED: it belongs to another
+        process)."""
         try:
-            return list(survivor._stub.ListRegions(
-                pb.ListRegionsRequest(session_id=session), timeout=10).regions)
+            survivor._stub.ListRegions(
+                pb.ListRegionsRequest(session_id=session), timeout=10)
         except grpc.RpcError as error:
             if error.code() == grpc.StatusCode.NOT_FOUND:
-                return None
+                return True
+            if error.code() == grpc.StatusCode.PERMISSION_DENIED:
+                return False
             raise
+        return False
 
     def check_product(self, survivor):
         x = torch.randn(512, 1024, device="cuda", dtype=torch.bfloat16)
@@ -70,20 +76,17 @@ class ClientKilledTest(unittest.TestCase):
                                           "busy_client.py"), self.target],
             stdout=subprocess.PIPE, text=True)
         self.addCleanup(lambda: victim.poll() is None and victim.kill())
+        # The victim says when it has products in flight (only it may list
+        # its session's regions); a watchdog ends a victim that never does.
+        watchdog = threading.Timer(120, victim.kill)
+        watchdog.start()
         session = victim.stdout.readline().strip()
+        in_flight = victim.stdout.readline().split()
+        watchdog.cancel()
         self.assertTrue(session, "busy_client.py printed no session id")
-
-        # Wait until the victim has products in flight, then kill it.
-        deadline = time.monotonic() + 120
-        while True:
-            regions = self.regions_of(survivor, session) or []
-            if any(r.requests_in_flight > 0 for r in regions):
-                break
-            self.assertIsNone(victim.poll(), "busy_client.py exited")
-            self.assertLess(time.monotonic(), deadline,
-                            "the victim never had a product in flight")
-            time.sleep(0.005)
-        in_flight = sum(r.requests_in_flight for r in regions)
+        self.assertEqual(in_flight[:1], ["IN_FLIGHT"],
+                         "the victim never had a product in flight")
+        self.assertFalse(self.session_gone(survivor, session))
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=30)
         self.assertEqual(victim.returncode, -signal.SIGKILL)
@@ -92,18 +95,14 @@ class ClientKilledTest(unittest.TestCase):
         self.check_product(survivor)
 
         deadline = time.monotonic() + 60
-        while True:
-            left = self.regions_of(survivor, session)
-            if not left:  # None (session gone) or no regions
-                break
+        while not self.session_gone(survivor, session):
             self.assertLess(time.monotonic(), deadline,
-                            f"{len(left)} regions of the killed session "
-                            "still registered after 60 s")
+                            "the killed client's session still open after "
+                            "60 s")
             time.sleep(0.05)
         self.check_product(survivor)
-        print(f"\n  killed with {in_flight} requests in flight on "
-              f"{len(regions)} regions; session "
-              f"{'ended' if left is None else 'left with no regions'}")
+        print(f"\n  killed with {in_flight[1]} requests in flight on "
+              f"{in_flight[2]} regions; its session ended")
 
         if regions_before is None:
             return  # the daemon serves no metrics here: ListRegions it is
@@ -120,6 +119,7 @@ class ClientKilledTest(unittest.TestCase):
                             f"in all), matmul_sessions {sessions} (before the "
                             f"victim: {sessions_before})")
             time.sleep(0.1)
+
 
 if __name__ == "__main__":
     unittest.main()
