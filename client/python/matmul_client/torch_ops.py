@@ -34,6 +34,8 @@ What each torch offers (SUPPORT says which applied here):
                   exist; no autograd
 """
 
+import math
+
 import torch
 
 from ._client import default_client
@@ -93,6 +95,12 @@ def _matmul_shape(a, b, transpose_a, transpose_b):
     return (m, n) if batch is None else (batch, m, n)
 
 
+def _as_rows(t):
+    """t [*, features] as [rows, features] (a view when t's rows are dense;
+    reshape(-1, ...) cannot say how many rows a tensor of 0 elements has)."""
+    return t.reshape(math.prod(t.shape[:-1]), t.shape[-1])
+
+
 def _linear_shape(x, weight, bias):
     if weight.dim() != 2:
         raise ValueError(f"{NAMESPACE}::linear: weight is {weight.dim()}-D; "
@@ -140,7 +148,7 @@ def _linear_impl(x, weight, bias=None, out_dtype=None, target=DEFAULT_TARGET):
     _check_inputs("linear", **tensors)
     dtype = _result_dtype("linear", out_dtype)
     shape = _linear_shape(x, weight, bias)
-    rows = x.reshape(-1, x.shape[-1])  # a view when x's rows are dense
+    rows = _as_rows(x)
     out = torch.empty((rows.shape[0], weight.shape[0]), dtype=dtype,
                       device=x.device)
     if bias is not None:
@@ -215,16 +223,15 @@ def _linear_setup_context(ctx, inputs, output):
 def _linear_backward(ctx, grad):
     x, weight = ctx.saved_tensors
     op = torch.ops.matmul_client.matmul
-    g = _to_bf16(grad).reshape(-1, grad.shape[-1])  # [rows, out]
+    g = _as_rows(_to_bf16(grad))  # [rows, out]
     grad_x = grad_w = grad_bias = None
     if ctx.needs_input_grad[0]:  # G @ W: [rows, in]
         grad_x = op(g, weight, False, False, 1.0, None,
                     ctx.target).reshape(x.shape)
     if ctx.needs_input_grad[1]:  # G^T @ X: [out, in]
-        grad_w = op(g, x.reshape(-1, x.shape[-1]), True, False, 1.0, None,
-                    ctx.target)
+        grad_w = op(g, _as_rows(x), True, False, 1.0, None, ctx.target)
     if ctx.has_bias and ctx.needs_input_grad[2]:
-        grad_bias = grad.reshape(-1, grad.shape[-1]).sum(0).to(torch.bfloat16)
+        grad_bias = _as_rows(grad).sum(0).to(torch.bfloat16)
     return grad_x, grad_w, grad_bias, None, None
 
 

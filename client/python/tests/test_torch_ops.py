@@ -174,6 +174,24 @@ class TorchOpsTest(unittest.TestCase):
                                           bias.float())
         self.check(got, want, limit=1e-5)
 
+    def test_empty_products_need_no_daemon(self):
+        # K = 0 is a sum of nothing: zeros (plus the bias), not a call to a
+        # daemon (there is none at this target).
+        nowhere = "unix:/nonexistent/matmul.sock"
+        with PoisonedOutputs():
+            got = torch_ops.matmul(self.rand(4, 0), self.rand(0, 3),
+                                   target=nowhere)
+        self.assertTrue(torch.equal(got, torch.zeros(4, 3,
+                                                     dtype=torch.bfloat16)))
+        bias = self.rand(5)
+        with PoisonedOutputs():
+            got = torch_ops.linear(self.rand(2, 0), self.rand(5, 0), bias,
+                                   target=nowhere)
+        self.assertTrue(torch.equal(got, bias.expand(2, 5)))
+        got = torch_ops.linear(self.rand(0, 7), self.rand(5, 7),
+                               target=nowhere)
+        self.assertEqual(tuple(got.shape), (0, 5))
+
     def test_fake_implementations_need_no_daemon(self):
         meta = dict(device="meta", dtype=torch.bfloat16)
         a = torch.empty(7, 3, 5, **meta)
