@@ -228,6 +228,7 @@ def measure_processes(target, processes, repeat, count):
     # One process calling torch.matmul alone, for scale.
     m, n, k = PROCESSES_SHAPE
     x, w = operands(m, n, k)
+    process_round(torch_product, x, w, 20, True)  # warm (cuBLAS, kernels)
     alone = {"sync": [], "stream": []}
     for _ in range(repeat):
         for how in alone:
