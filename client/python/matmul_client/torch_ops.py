@@ -27,7 +27,8 @@ opaque node. Where torch.library.register_autograd exists (torch >= 2.4)
 both are differentiable: their gradients are products on the daemon too.
 
 What each torch offers (SUPPORT says which applied here):
-  torch >= 2.4    define/impl, register_fake, register_autograd, compile
+  torch >= 2.4    define/impl, register_fake, register_autograd, compile;
+                  tagged cudagraph_unsafe where torch has that tag
   torch 2.0-2.3   define/impl, a Meta kernel (FakeTensor runs it), compile;
                   no autograd (a product that needs a gradient raises)
   torch 1.13      define/impl and the Meta kernel; torch.compile does not
@@ -254,14 +255,26 @@ def _register():
         "fake": False,
         "autograd": False,
         "compile": hasattr(torch, "compile"),
+        "cudagraph_unsafe_tag": False,
     }
     if _already_defined():
         support["fake"] = True
         support["autograd"] = hasattr(torch.library, "register_autograd")
+        support["cudagraph_unsafe_tag"] = hasattr(
+            getattr(torch, "Tag", None), "cudagraph_unsafe")
         return None, support
     library = torch.library.Library(NAMESPACE, "DEF")
-    library.define(_MATMUL_SCHEMA)
-    library.define(_LINEAR_SCHEMA)
+    # The product runs on the daemon's stream, in another process: a CUDA
+    # graph captured on the caller's stream cannot hold it, and replaying
+    # one would skip it. Where torch knows the tag, Inductor's CUDA graphs
+    # (mode="reduce-overhead") then leave these ops out.
+    unsafe = getattr(getattr(torch, "Tag", None), "cudagraph_unsafe", None)
+    for schema in (_MATMUL_SCHEMA, _LINEAR_SCHEMA):
+        if unsafe is not None:
+            library.define(schema, tags=(unsafe,))
+        else:
+            library.define(schema)
+    support["cudagraph_unsafe_tag"] = unsafe is not None
     for name, impl, fake in (("matmul", _matmul_impl, _matmul_fake),
                              ("linear", _linear_impl, _linear_fake)):
         for key in ("CPU", "CUDA"):

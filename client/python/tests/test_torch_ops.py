@@ -205,6 +205,17 @@ class TorchOpsTest(unittest.TestCase):
         self.assertEqual((tuple(out.shape), out.dtype),
                          ((2, 4, 10), torch.bfloat16))
 
+    def test_ops_are_tagged_unsafe_for_cuda_graphs(self):
+        unsafe = getattr(getattr(torch, "Tag", None), "cudagraph_unsafe",
+                         None)
+        if unsafe is None:
+            self.skipTest(f"torch {torch.__version__} has no "
+                          "Tag.cudagraph_unsafe")
+        self.assertTrue(torch_ops.SUPPORT["cudagraph_unsafe_tag"])
+        for op in (torch.ops.matmul_client.matmul,
+                   torch.ops.matmul_client.linear):
+            self.assertIn(unsafe, op.default.tags)
+
     def test_errors_are_clear(self):
         a, b = self.rand(4, 6), self.rand(5, 6)
         with self.assertRaisesRegex(Exception, "BF16 inputs"):

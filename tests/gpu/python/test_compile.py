@@ -2,7 +2,8 @@
 tensors: a small MLP of matmul_client.nn.Linear layers compiled with the
 default backend (Inductor) gives torch's results, and its graph holds one
 matmul_client::linear node per layer (the op stays opaque: no graph
-break, nothing traced into it). Where torch registers gradients
+break, nothing traced into it); with mode="reduce-overhead" (CUDA graphs)
+every call still computes afresh. Where torch registers gradients
 (torch >= 2.4), a compiled training step's gradients match torch's too.
 
     MATMUL_TARGET=unix:/path/matmul.sock python3 -m unittest \\
@@ -81,6 +82,25 @@ class CompileTest(unittest.TestCase):
         self.assertEqual(
             sum(1 for t in targets if t in (linear, linear.default)), 2,
             targets)
+
+    def test_cuda_graphs_leave_the_op_out(self):
+        # mode="reduce-overhead" captures CUDA graphs, which cannot hold a
+        # product run by the daemon: the ops' cudagraph_unsafe tag keeps
+        # them out, so every call, replays included, computes afresh.
+        if not torch_ops.SUPPORT["cudagraph_unsafe_tag"]:
+            self.skipTest(f"torch {torch.__version__} has no "
+                          "Tag.cudagraph_unsafe")
+        ours, plain = self.mlp()
+        compiled = torch.compile(ours, mode="reduce-overhead", fullgraph=True)
+        with torch.no_grad():
+            for step in range(4):
+                with self.subTest(step=step):
+                    x = torch.randn(16, 512, device="cuda",
+                                    dtype=torch.bfloat16)
+                    got = compiled(x).float()  # a copy: replays reuse outputs
+                    want = plain(x.float())
+                    torch.cuda.synchronize()
+                    self.assertLess(gpu_env.relative_error(got, want), 1e-2)
 
     def test_compiled_training_step(self):
         if not torch_ops.SUPPORT["autograd"]:
