@@ -11,8 +11,15 @@ the expandable-segment chunks that hold it), read and written in place by
 the daemon's GPU.
 torch is imported only when a torch tensor is passed, so the package also
 works without it (HostTensor: raw BF16 / FP32 bytes).
+
+With torch: matmul_client.torch_ops registers the product as the custom
+operators torch.ops.matmul_client.matmul / .linear (torch.compile keeps
+each as one opaque op), and matmul_client.nn.Linear is a drop-in for
+torch.nn.Linear whose forward runs on the daemon. Both import torch, so
+they load on first use (import matmul_client.nn, or the attribute).
 """
 
+import importlib as _importlib
 from importlib import metadata as _metadata
 
 from ._client import Client, close_default_clients, default_client, matmul
@@ -24,6 +31,16 @@ try:
     __version__ = _metadata.version("matmul-client")
 except _metadata.PackageNotFoundError:  # used from the source tree
     __version__ = "0.1.0+source"
+
+_TORCH_SUBMODULES = ("nn", "torch_ops")
+
+
+def __getattr__(name):
+    # matmul_client.nn / .torch_ops import torch: loaded when first named.
+    if name in _TORCH_SUBMODULES:
+        return _importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",
