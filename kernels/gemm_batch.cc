@@ -64,11 +64,6 @@ absl::StatusOr<CombinedProblem> CombinedProblem::Combine(
   }
   GemmProblem& p = combined.problem_;
   p = *parts[0];
-  // Any part's order marks the launch as stream-ordered (a GPU backend
-  // then keeps it on the stream that waited for the clients' streams).
-  for (const GemmProblem* part : parts) {
-    if (part->stream_order != nullptr) p.stream_order = part->stream_order;
-  }
   p.batch = static_cast<int64_t>(combined.a_.size());
   p.a.data = p.b.data = nullptr;
   p.c.data = nullptr;

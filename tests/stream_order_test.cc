@@ -132,21 +132,21 @@ TEST_F(StreamOrderTest, RequestsThatCannotBeOrderedAreRefused) {
 
 // --- on the GPU ------------------------------------------------------------
 
-// A CUDA daemon in this process with one stream slot, so that a slot held
-// by a waiting product would block every other product.
+// A CUDA daemon in this process with one worker, so that a worker held by
+// a product waiting for its client's stream would block every other one.
 class CudaStreamOrderTest : public StreamOrderTest {
  protected:
-  static cuda::CudaBackendOptions OneSlot() {
-    cuda::CudaBackendOptions options;
-    options.background_tuning = false;
-    options.streams = 1;
+  static ServerOptions OneWorker() {
+    ServerOptions options = TestDaemon::DefaultOptions();
+    options.executor.worker_threads = 1;
     return options;
   }
 
   void SetUp() override {
     MATMUL_SKIP_WITHOUT_GPU();
-    Start(std::make_unique<TestDaemon>(TestDaemon::DefaultOptions(), 1,
-                                       CudaBackendMaker(OneSlot())));
+    cuda::CudaBackendOptions cuda;
+    cuda.background_tuning = false;
+    Start(std::make_unique<TestDaemon>(OneWorker(), 1, CudaBackendMaker(cuda)));
     auto ring = RequestRing::Attach(daemon_->client(), *session_);
     ASSERT_TRUE(ring.ok()) << ring.status();
     ring_ = *std::move(ring);
@@ -171,6 +171,19 @@ class CudaStreamOrderTest : public StreamOrderTest {
     calls_.reset();
     ring_.reset();
     StreamOrderTest::TearDown();
+  }
+
+  // Runs a plain product of `spec`'s shape through the ring first: the
+  // daemon and the test share one CUDA context here, so a first-use call of
+  // the daemon's that synchronizes the context (a module load, an
+  // allocation) would wait for the test's stream, which waits for the
+  // product. Across processes, as in use, contexts do not wait for each
+  // other.
+  void WarmUp(std::mt19937_64& rng, ProblemSpec spec) {
+    RegionRequest plain = Random(rng, spec);
+    absl::StatusOr<v1::MatmulResponse> response =
+        ring_->Matmul(plain.request, kTimeout);
+    ASSERT_TRUE(response.ok()) << response.status();
   }
 
   // Queues `request` on the stream; the future gets the daemon's answer.
@@ -199,6 +212,7 @@ void HoldStream(void* release) {
 
 TEST_F(CudaStreamOrderTest, ProductRunsBetweenTheWorkBeforeAndAfterIt) {
   std::mt19937_64 rng(11);
+  WarmUp(rng, {.m = 192, .n = 160, .k = 256});
   RegionRequest placed = Random(rng, {.m = 192, .n = 160, .k = 256});
   char* base = segment_->data();
   const size_t a_bytes = size_t{192} * 256 * 2;
@@ -250,6 +264,7 @@ TEST_F(CudaStreamOrderTest, ProductsBackToBackEachReadTheLastOnesOutput) {
   // ran early reads NaN.
   std::mt19937_64 rng(13);
   const int64_t n = 128;
+  WarmUp(rng, {.m = n, .n = n, .k = n});
   const size_t c_bytes = n * n * 2;
   RegionRequest first = Random(rng, {.m = n, .n = n, .k = n});
   char* base = segment_->data();
@@ -291,14 +306,15 @@ TEST_F(CudaStreamOrderTest, ProductsBackToBackEachReadTheLastOnesOutput) {
 
 TEST_F(CudaStreamOrderTest, AStreamThatNeverGetsThereIsGivenUp) {
   std::mt19937_64 rng(17);
+  WarmUp(rng, {.m = 64, .n = 64, .k = 64});
   RegionRequest held = Random(rng, {.m = 64, .n = 64, .k = 64});
   std::atomic<bool> release{false};
   ASSERT_EQ(cudaLaunchHostFunc(stream_, HoldStream, &release), cudaSuccess);
   std::future<absl::Status> answer = Queue(held.request, absl::Seconds(2));
   const absl::Status status = answer.get();
   EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
-  // The daemon's only stream slot serves again: a plain product through
-  // the ring runs.
+  // The daemon's only worker serves again: a plain product through the
+  // ring runs.
   RegionRequest plain = Random(rng, {.m = 64, .n = 64, .k = 64});
   absl::StatusOr<v1::MatmulResponse> response =
       ring_->Matmul(plain.request, kTimeout);

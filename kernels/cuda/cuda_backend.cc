@@ -162,6 +162,8 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
+  const GemmProblem* one[] = {&p};
+  RETURN_IF_ERROR(WaitForClientStreams(one));
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
   return RunOneOnSlot(p, lease.slot());
 }
@@ -172,50 +174,17 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
     return RunDeviceOnSlot(p, slot, /*after_slot_work=*/false);
   }
   const GemmProblem* one[] = {&p};
-  return RunOrdered(
-      one, slot, [&](const ProductSchedule::AfterProduct& signal) {
-        // After the wait for the client's stream.
-        return RunDeviceOnSlot(p, slot, /*after_slot_work=*/true, signal);
-      });
-}
-
-absl::StatusOr<GemmRunInfo> CudaBackend::RunOrdered(
-    absl::Span<const GemmProblem* const> problems, StreamSlot& slot,
-    absl::FunctionRef<absl::StatusOr<GemmRunInfo>(
-        const ProductSchedule::AfterProduct& signal)>
-        run) {
-  if (!driver_api_.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("stream-ordered products need the CUDA driver's stream "
-                     "memory operations: ",
-                     driver_api_.status().message()));
+  // The signal right behind the product on the GPU, where the driver has
+  // stream memory operations; from here once it is complete otherwise.
+  ProductSchedule::AfterProduct signal;
+  if (driver_api_.ok()) {
+    signal = [&](cudaStream_t stream) {
+      return QueueClientSignals(*driver_api_, one, stream);
+    };
   }
-  if (absl::Status queued =
-          QueueClientWaits(*driver_api_, problems, slot.stream.get());
-      !queued.ok()) {
-    ReleaseClientWaits(problems);
-    return queued;
-  }
-  std::vector<std::unique_ptr<OrderWatchdog::Watch>> watches;
-  for (const GemmProblem* p : problems) {
-    if (p->stream_order != nullptr) {
-      watches.push_back(order_watchdog_.Start(*p->stream_order));
-    }
-  }
-  absl::StatusOr<GemmRunInfo> info = run([&](cudaStream_t stream) {
-    return QueueClientSignals(*driver_api_, problems, stream);
-  });
-  if (!info.ok()) {
-    // Nothing may stay queued behind a wait on this slot's stream.
-    ReleaseClientWaits(problems);
-    return info;
-  }
-  for (const std::unique_ptr<OrderWatchdog::Watch>& watch : watches) {
-    RETURN_IF_ERROR(watch->status());
-  }
-  // `run` queued the signals behind the product when it could; where it
-  // could not (batched launches) the products are complete now.
-  StoreClientSignals(problems);
+  ASSIGN_OR_RETURN(GemmRunInfo info,
+                   RunDeviceOnSlot(p, slot, /*after_slot_work=*/false, signal));
+  StoreClientSignals(one);
   return info;
 }
 
@@ -224,6 +193,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
   if (problems.size() == 1 || !on_device) {
     return GemmBackend::RunBatch(problems, on_device);
   }
+  RETURN_IF_ERROR(WaitForClientStreams(problems));
   // A product with a wave of 128x128 tiles of its own keeps the GPU busy
   // alone: batching buys nothing (one pointer-array launch of two such
   // products is slower than the two back to back), so each runs as it
@@ -244,12 +214,9 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
                    CombinedProblem::Combine(problems));
   RETURN_IF_ERROR(ValidateForCuda(combined.problem()));
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
-  StreamSlot& slot = lease.slot();
-  if (!AnyStreamOrdered(problems)) return RunCombined(combined, slot);
-  return RunOrdered(problems, slot,
-                    [&](const ProductSchedule::AfterProduct& /*signal*/) {
-                      return RunCombined(combined, slot);
-                    });
+  ASSIGN_OR_RETURN(GemmRunInfo info, RunCombined(combined, lease.slot()));
+  StoreClientSignals(problems);
+  return info;
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunCombined(
@@ -273,8 +240,6 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunCombined(
       "cudaMemcpyAsync(pointer arrays)"));
   const auto* arrays =
       static_cast<const void* const*>(slot.pointer_arrays.data());
-  // Keeps the parts' stream_order mark (gemm_batch.h): a launch that waited
-  // for clients' streams on this slot's stream runs on it.
   GemmProblem p = combined.problem();
   p.a.pointers = arrays;
   p.b.pointers = arrays + entries;

@@ -33,7 +33,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/cuda_driver_api.h"
@@ -120,20 +119,10 @@ class CudaBackend : public GemmBackend {
               std::unique_ptr<StreamSlotPool> slots,
               std::unique_ptr<ProductSchedule> schedule);
 
-  // RunDeviceOnSlot, between the wait for the client's stream and the
-  // signal (RunOrdered) when `problem` is stream-ordered.
+  // RunDeviceOnSlot, followed by the signal to the client's stream when
+  // `problem` is stream-ordered (its wait is over).
   absl::StatusOr<GemmRunInfo> RunOneOnSlot(const GemmProblem& problem,
                                            StreamSlot& slot);
-  // Queues the waits for the clients' streams of the stream-ordered ones
-  // among `problems` on the slot's stream and watches them, then `run`s the
-  // products (which queues `signal` behind them where it can), then writes
-  // the signals that are left. The watchdog's status when it gave up a
-  // wait.
-  absl::StatusOr<GemmRunInfo> RunOrdered(
-      absl::Span<const GemmProblem* const> problems, StreamSlot& slot,
-      absl::FunctionRef<absl::StatusOr<GemmRunInfo>(
-          const ProductSchedule::AfterProduct& signal)>
-          run);
   // Several products of one BatchKey as one pointer-array launch.
   absl::StatusOr<GemmRunInfo> RunCombined(const CombinedProblem& combined,
                                           StreamSlot& slot);
@@ -155,10 +144,8 @@ class CudaBackend : public GemmBackend {
   std::unique_ptr<GemmSelector> selector_;
   std::unique_ptr<StreamSlotPool> slots_;
   std::unique_ptr<ProductSchedule> schedule_;
-  // Stream memory operations for stream-ordered products (the error, if
-  // the driver has none, is theirs).
+  // Stream memory operations, for the signals of stream-ordered products.
   const absl::StatusOr<CudaDriverApi> driver_api_;
-  OrderWatchdog order_watchdog_;
   // Device memory held back by test_only_memory_headroom_bytes.
   DeviceBuffer test_only_ballast_;
 };

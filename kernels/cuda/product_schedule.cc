@@ -17,9 +17,6 @@ absl::StatusOr<std::unique_ptr<ProductSchedule>> ProductSchedule::Create(
 }
 
 bool ProductSchedule::RunsSerially(const GemmProblem& p) const {
-  // A stream-ordered product waits for its client's stream on its slot's
-  // stream; the shared one must never wait for a client.
-  if (p.stream_order != nullptr) return false;
   return p.flops() >= options_.serial_min_gflop_per_sm * 1e9 *
                           std::max(1, options_.multiprocessors);
 }
