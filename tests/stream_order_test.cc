@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/cuda_memory.h"
 #include "client/region_request_builder.h"
 #include "client/registered_region.h"
 #include "client/request_builder.h"
@@ -217,27 +218,29 @@ TEST_F(CudaStreamOrderTest, ProductRunsBetweenTheWorkBeforeAndAfterIt) {
   char* base = segment_->data();
   const size_t a_bytes = size_t{192} * 256 * 2;
   const size_t c_bytes = size_t{192} * 160 * 2;
-  // The real A waits in a pinned buffer; the region holds NaN until the
-  // stream's copy puts A there, and so does C until the product.
-  std::vector<char> real_a(base + placed.a_offset_bytes,
-                           base + placed.a_offset_bytes + a_bytes);
-  ASSERT_EQ(cudaHostRegister(real_a.data(), a_bytes, 0), cudaSuccess);
+  // The real A waits in GPU memory; the region holds NaN until the
+  // stream's copy puts A there, and so does C until the product. (GPU
+  // memory, because a copy between two host buffers is done by the CPU
+  // once the stream gets there, and the call would wait for that.)
+  auto real_a = CudaMemory::Create(CudaMemory::Kind::kIpc, a_bytes);
+  auto c_after = CudaMemory::Create(CudaMemory::Kind::kIpc, c_bytes);
+  ASSERT_TRUE(real_a.ok() && c_after.ok());
+  ASSERT_TRUE(
+      (*real_a)->CopyFromHost({base + placed.a_offset_bytes, a_bytes}).ok());
   std::vector<uint16_t> nan_a(a_bytes / 2, kBf16Nan);
   std::memcpy(base + placed.a_offset_bytes, nan_a.data(), a_bytes);
   std::vector<uint16_t> nan_c(c_bytes / 2, kBf16Nan);
   std::memcpy(base + placed.c_offset_bytes, nan_c.data(), c_bytes);
-  std::vector<char> c_after(c_bytes);
-  ASSERT_EQ(cudaHostRegister(c_after.data(), c_bytes, 0), cudaSuccess);
 
   // Before: the stream is held, then A is copied in. After: C is copied
   // out. No synchronize in between.
   std::atomic<bool> release{false};
   ASSERT_EQ(cudaLaunchHostFunc(stream_, HoldStream, &release), cudaSuccess);
-  ASSERT_EQ(cudaMemcpyAsync(base + placed.a_offset_bytes, real_a.data(),
+  ASSERT_EQ(cudaMemcpyAsync(base + placed.a_offset_bytes, (*real_a)->data(),
                             a_bytes, cudaMemcpyDefault, stream_),
             cudaSuccess);
   std::future<absl::Status> answer = Queue(placed.request);
-  ASSERT_EQ(cudaMemcpyAsync(c_after.data(), base + placed.c_offset_bytes,
+  ASSERT_EQ(cudaMemcpyAsync((*c_after)->data(), base + placed.c_offset_bytes,
                             c_bytes, cudaMemcpyDefault, stream_),
             cudaSuccess);
   // The daemon has the request but may not run it yet.
@@ -249,13 +252,13 @@ TEST_F(CudaStreamOrderTest, ProductRunsBetweenTheWorkBeforeAndAfterIt) {
 
   // What the stream read after the product is the product.
   std::vector<char> memory(base, base + segment_->size_bytes());
-  std::memcpy(memory.data() + placed.c_offset_bytes, c_after.data(), c_bytes);
+  ASSERT_TRUE((*c_after)
+                  ->CopyToHost({memory.data() + placed.c_offset_bytes, c_bytes})
+                  .ok());
   absl::StatusOr<double> error =
       CheckRegionResponse(placed, v1::MatmulResponse(), memory);
   ASSERT_TRUE(error.ok()) << error.status();
   EXPECT_LT(*error, 1e-2);
-  cudaHostUnregister(real_a.data());
-  cudaHostUnregister(c_after.data());
 }
 
 TEST_F(CudaStreamOrderTest, ProductsBackToBackEachReadTheLastOnesOutput) {
