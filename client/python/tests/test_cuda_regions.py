@@ -278,6 +278,11 @@ class ClientCudaRegionsTest(unittest.TestCase):
         self.assertEqual(self.ref(FakeTensor(later)), ("r2", MiB))
         self.assertEqual(self.registered[1].cuda_ipc.size_bytes, 2 * MiB)
         self.assertEqual(self.unregistered, [])
+        # The product takes the stale ids along; its answer hands them back.
+        retired, self.client._retired = self.client._retired, []
+        self.assertEqual(retired, ["r1"])
+        _client._CudaProduct(None, None, retired,
+                             self.client._retired_done).release()
         self.client._unregister_retired()
         self.assertEqual(self.unregistered, ["r1"])
         # The first storage now goes through the larger region.
