@@ -121,7 +121,11 @@ class BuildNative(build_ext):
              f"--plugin=protoc-gen-grpc={shutil.which('grpc_cpp_plugin')}",
              os.path.join(ROOT, "proto", PROTO)], check=True)
         stem = os.path.join(generated, PROTO[:-len(".proto")])
-        sources = list(ext.sources) + [stem + ".pb.cc", stem + ".grpc.pb.cc"]
+        # The C++ client's sources lie outside this directory, which setup()
+        # arguments may not name: they are added here.
+        sources = list(ext.sources) + \
+            [os.path.join(ROOT, s) for s in CLIENT_SOURCES] + \
+            [stem + ".pb.cc", stem + ".grpc.pb.cc"]
         include_dirs = list(ext.include_dirs) + [generated]
         jobs = int(os.environ.get("MATMUL_BUILD_JOBS",
                                   len(os.sched_getaffinity(0))))
@@ -157,8 +161,7 @@ def _native_extension():
     import pybind11
     return [Extension(
         "matmul_client._native",
-        sources=[os.path.join(ROOT, s) for s in CLIENT_SOURCES] +
-        [os.path.join(HERE, s) for s in NATIVE_SOURCES],
+        sources=NATIVE_SOURCES,
         include_dirs=[ROOT, pybind11.get_include()],
         extra_compile_args=["-std=c++20", "-O2", "-g0",
                             "-fvisibility=hidden"] + _pkg_config("--cflags"),

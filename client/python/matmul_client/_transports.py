@@ -3,6 +3,7 @@ ring (a daemon on this host, over a unix socket) or as gRPC calls. Both
 take a MatmulRequest and give a MatmulResponse, or raise MatmulError with
 the same code and message for the same failure."""
 
+import importlib
 import os
 import warnings
 
@@ -20,17 +21,20 @@ def _load_native(target, secure):
         return None
     if secure or not target.startswith("unix:"):
         return None
+    name = __package__ + "._native"
     try:
-        from . import _native
-    except ModuleNotFoundError:
-        return None  # installed without it (setup.py said why)
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name == name:
+            return None  # installed without it (setup.py said why)
+        unusable = error
     except ImportError as error:
-        # Built but unusable (a library missing since): say so once, and
-        # go on over gRPC.
-        warnings.warn(f"matmul_client._native does not load ({error}); "
-                      "products go over gRPC", RuntimeWarning, stacklevel=3)
-        return None
-    return _native
+        unusable = error
+    # Built but unusable (a library missing since): say so, and go on over
+    # gRPC.
+    warnings.warn(f"matmul_client._native does not load ({unusable}); "
+                  "products go over gRPC", RuntimeWarning, stacklevel=3)
+    return None
 
 
 class _GrpcProducts:

@@ -13,7 +13,10 @@ import types
 import unittest
 from unittest import mock
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# The source tree's package, unless the test is of the installed one
+# (install_test.sh).
+if not os.environ.get("MATMUL_CLIENT_TEST_INSTALLED"):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import matmul_client  # noqa: E402
 from matmul_client import _client, _cuda_regions  # noqa: E402

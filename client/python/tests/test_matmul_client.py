@@ -9,6 +9,7 @@ the CUDA parts that need no daemon).
 """
 
 import array
+import concurrent.futures
 import os
 import random
 import subprocess
@@ -17,7 +18,10 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# The source tree's package, unless the test is of the installed one
+# (install_test.sh).
+if not os.environ.get("MATMUL_CLIENT_TEST_INSTALLED"):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import grpc  # noqa: E402
 
@@ -250,6 +254,57 @@ class MatmulClientTest(unittest.TestCase):
         leftovers = [n for n in os.listdir("/dev/shm")
                      if n.startswith(f"matmul-py{os.getpid()}-")]
         self.assertEqual(leftovers, [])
+
+    def test_products_take_the_expected_transport(self):
+        # install_test.sh runs this suite with the native extension.
+        expected = os.environ.get("MATMUL_CLIENT_TEST_TRANSPORT")
+        if not expected:
+            self.skipTest("MATMUL_CLIENT_TEST_TRANSPORT not set")
+        self.assertEqual(self.client.transport, expected)
+
+    def test_matmul_async_keeps_many_products_in_flight(self):
+        cases = [self.operands(9, 7, 11) for _ in range(24)]
+        futures = [self.client.matmul_async(a, b, out_dtype="fp32")
+                   for a, b in cases]
+        self.client.synchronize()
+        self.assertTrue(all(f.done() for f in futures))
+        for future, (a, b) in zip(futures, cases):
+            self.assertEqual(
+                bytes(future.result().data),
+                bytes(self.client.matmul(a, b, out_dtype="fp32").data))
+        # Each product had its own scratch region; they are kept for reuse.
+        self.assertGreater(len(self.client._scratch._idle), 1)
+        # out= is filled in when the future is done.
+        a, b = cases[0]
+        out = HostTensor(bytearray(9 * 7 * 4), (9, 7), "fp32")
+        self.assertIs(self.client.matmul_async(a, b, out=out).result(), out)
+        self.assertEqual(bytes(out.data), bytes(futures[0].result().data))
+
+    def test_synchronize_raises_the_first_error_not_raised_yet(self):
+        a, b = self.operands(4, 5, 6)
+        ok = self.client.matmul_async(a, b)
+        first = self.client.matmul_async(a, a)  # K 6 vs 4
+        second = self.client.matmul_async(b, b)  # K 5 vs 6
+        with self.assertRaises(MatmulError) as caught:
+            self.client.synchronize()
+        self.assertIs(caught.exception, first.exception())
+        self.assertIn("inner dimensions disagree", caught.exception.details)
+        self.client.synchronize()  # reported already
+        self.assertIsNotNone(ok.result())
+        self.assertIsNotNone(second.exception())
+        # An error the caller already got from its future is not raised.
+        failed = self.client.matmul_async(a, a)
+        with self.assertRaises(MatmulError):
+            failed.result()
+        self.client.synchronize()
+
+    def test_products_from_several_threads(self):
+        cases = [self.operands(5, 6, 7) for _ in range(8)]
+        want = [bytes(self.client.matmul(a, b).data) for a, b in cases]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(
+                lambda ab: bytes(self.client.matmul(*ab).data), cases * 4))
+        self.assertEqual(got, want * 4)
 
     def test_torch_is_imported_lazily(self):
         self.assertNotIn("torch", sys.modules)
