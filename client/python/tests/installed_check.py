@@ -17,6 +17,8 @@ import os
 import random
 import subprocess
 import sys
+import threading
+import time
 import warnings
 
 import grpc
@@ -177,6 +179,28 @@ def check_native(target):
     torch.testing.assert_close(ring.matmul(shared_x, w, transpose_b=True),
                                (x.float() @ w.float().T).bfloat16(),
                                rtol=2e-2, atol=5e-2)
+
+    # The GIL is free while a product waits in the ring: a thread that
+    # needs it runs during the call, although the switch interval would not
+    # hand it over in that time.
+    a, b = random_host((512, 512), rng), random_host((512, 512), rng)
+    request = ring._prepare(a, b, None, False, False, 1.0, 0.0, None)
+    ran = threading.Event()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(60)
+    try:
+        go = threading.Event()
+        thread = threading.Thread(target=lambda: (go.wait(), ran.set()))
+        thread.start()
+        time.sleep(0.05)  # lets it reach go.wait()
+        go.set()  # it now waits for the GIL, which this thread holds
+        ring._products._ring.call(request.request.SerializeToString(), 60.0)
+        released = ran.is_set()
+    finally:
+        sys.setswitchinterval(interval)
+        request.release()
+    thread.join()
+    check(released, "the GIL was held while the product waited")
 
     # 64 products in flight from this thread, host and torch tensors:
     # matmul_async returns before the answer (products big enough that the
