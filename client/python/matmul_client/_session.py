@@ -1,6 +1,7 @@
 """The Client's session on the daemon and its region RPCs."""
 
 import threading
+import warnings
 
 import grpc
 
@@ -61,12 +62,20 @@ class _Session:
             self.target, self._client_name,
             connect_timeout=self._connect_timeout,
             max_message_bytes=self._max_message_bytes)
-        ring = self._native.Ring(connection, slots=self._RING_SLOTS,
-                                 shm_prefix=self.shm_prefix,
-                                 timeout=self._connect_timeout)
         self._connection = connection  # holding it keeps the session open
-        self._products = _RingProducts(ring)
         self._session_id = connection.session_id
+        try:
+            ring = self._native.Ring(connection, slots=self._RING_SLOTS,
+                                     shm_prefix=self.shm_prefix,
+                                     timeout=self._connect_timeout)
+        except MatmulError as error:
+            # The daemon refused a ring (--max_rings reached, say): the
+            # session is fine, and products go over gRPC as elsewhere.
+            warnings.warn(f"the daemon attached no request ring ({error}); "
+                          "products go over gRPC", RuntimeWarning,
+                          stacklevel=4)
+            return
+        self._products = _RingProducts(ring)
 
     def register_region(self, request):
         """RegisterRegion for a RegisterRegionRequest (session_id is set

@@ -7,8 +7,9 @@
 #      the same as over gRPC, 64 at once with matmul_async, the daemon's
 #      errors read the same, the fallback to gRPC (tests/installed_check.py
 #      native), and the package's unittest suite passes with the ring;
-#   2. without it (MATMUL_CLIENT_BUILD_NATIVE=0): pip warns, the package
-#      falls back to gRPC (installed_check.py grpc).
+#   2. where pybind11 is missing: pip installs the package without the
+#      extension and warns, the package goes over gRPC (installed_check.py
+#      grpc).
 # No package index is used: the venvs see the system's grpcio, protobuf,
 # pybind11 and torch (--system-site-packages) and pip builds with the
 # system's setuptools (--no-build-isolation --no-index). CXX (e.g.
@@ -42,12 +43,18 @@ export CCACHE_BASEDIR=$dir  # cache hits although the copy moves each run
 MATMUL_CLIENT_BUILD_NATIVE=1 "$dir/venv/bin/pip" install -q \
   --no-build-isolation --no-index "$dir/src/client/python"
 
+# As where pybind11 is not installed: a module of that name that does not
+# import comes first on the build's path.
 "$python" -m venv --system-site-packages "$dir/venv-grpc"
-MATMUL_CLIENT_BUILD_NATIVE=0 "$dir/venv-grpc/bin/pip" install -v \
+mkdir "$dir/no-pybind11"
+echo 'raise ImportError("hidden by install_test.sh")' \
+  >"$dir/no-pybind11/pybind11.py"
+PYTHONPATH=$dir/no-pybind11 "$dir/venv-grpc/bin/pip" install -v \
   --no-build-isolation --no-index "$dir/src/client/python" \
   >"$dir/pip-grpc.log" 2>&1 || { cat "$dir/pip-grpc.log"; exit 1; }
-grep -qi "installing without the native extension" "$dir/pip-grpc.log" || {
-  echo "FAIL: pip install without the extension gave no warning" >&2
+grep -q "WITHOUT the native extension.*pybind11 is not installed" \
+  "$dir/pip-grpc.log" || {
+  echo "FAIL: pip install without pybind11 gave no warning" >&2
   exit 1
 }
 

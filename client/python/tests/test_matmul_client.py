@@ -27,7 +27,7 @@ import grpc  # noqa: E402
 
 import matmul_client  # noqa: E402
 from matmul_client import HostTensor, MatmulError  # noqa: E402
-from matmul_client import _client  # noqa: E402
+from matmul_client import _client, _transports  # noqa: E402
 
 
 def random_bf16(count, rng):
@@ -314,6 +314,55 @@ class MatmulClientTest(unittest.TestCase):
         back = matmul_client.floats_from_bf16(matmul_client.bf16_bytes(values))
         for v, w in zip(values, back):
             self.assertAlmostEqual(v, w, delta=abs(v) * 2 ** -8)
+
+
+class RefusedRingTest(unittest.TestCase):
+    """A daemon that attaches no more rings (--max_rings=1): the second
+    client keeps its session and sends its products over gRPC."""
+
+    def setUp(self):
+        server = os.environ.get("MATMUL_SERVER")
+        if not server:
+            self.skipTest("set MATMUL_SERVER to a matmul-server")
+        if _transports._load_native("unix:", secure=False) is None:
+            # install_test.sh runs this with the extension: there it fails.
+            self.assertNotEqual(
+                os.environ.get("MATMUL_CLIENT_TEST_TRANSPORT"), "ring",
+                "the native extension does not load")
+            self.skipTest("the native extension is not built (or "
+                          "MATMUL_CLIENT_NATIVE=0)")
+        directory = tempfile.TemporaryDirectory()
+        self.addCleanup(directory.cleanup)
+        socket = os.path.join(directory.name, "matmul.sock")
+        self.target = "unix:" + socket
+        log = open(os.path.join(directory.name, "server.log"), "w")
+        self.addCleanup(log.close)
+        daemon = subprocess.Popen(
+            [server, "--backend=cpu", "--listen=" + self.target,
+             "--metrics_listen=", "--max_rings=1"], stdout=log,
+            stderr=subprocess.STDOUT)
+        self.addCleanup(daemon.wait, timeout=60)
+        self.addCleanup(daemon.terminate)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(socket):
+            self.assertIsNone(daemon.poll(), "matmul-server exited")
+            self.assertLess(time.monotonic(), deadline, "no matmul-server")
+            time.sleep(0.05)
+
+    def test_products_go_over_grpc_when_no_ring_is_attached(self):
+        first = matmul_client.Client(self.target)
+        self.addCleanup(first.close)
+        self.assertEqual(first.transport, "ring")
+        second = matmul_client.Client(self.target)
+        self.addCleanup(second.close)
+        with self.assertWarnsRegex(RuntimeWarning, "RESOURCE_EXHAUSTED"):
+            self.assertEqual(second.transport, "grpc")
+        rng = random.Random(5)
+        a = HostTensor(random_bf16(6 * 4, rng), (6, 4))
+        b = HostTensor(random_bf16(4 * 3, rng), (4, 3))
+        self.assertEqual(bytes(first.matmul(a, b).data),
+                         bytes(second.matmul(a, b).data))
+        self.assertEqual(len(second.list_regions()), 1)  # its scratch
 
 
 if __name__ == "__main__":
