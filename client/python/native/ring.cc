@@ -42,57 +42,77 @@ absl::StatusOr<std::unique_ptr<Ring>> Ring::Attach(
 Ring::~Ring() { Close(); }
 
 void Ring::Close() {
-  std::unique_ptr<RequestRing> ring = std::move(ring_);
-  std::shared_ptr<Connection> connection = std::move(connection_);
-  WithoutGil([&] {
+  WithoutGil([this] {
+    std::unique_ptr<RequestRing> ring;
+    std::shared_ptr<Connection> connection;
+    {
+      absl::MutexLock lock(&mu_);
+      ring = std::move(ring_);
+      connection = std::move(connection_);
+    }
+    // Outside the lock: a callback that runs while the ring detaches may
+    // call into this Ring (and find it closed).
     ring.reset();
     connection.reset();
   });
 }
 
-bool Ring::attached() const { return ring_ != nullptr && ring_->attached(); }
-
-RequestRing& Ring::ring() {
-  if (ring_ == nullptr) throw py::value_error("the request ring is closed");
-  return *ring_;
+bool Ring::attached() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return ring_ != nullptr && ring_->attached();
 }
 
 py::bytes Ring::Call(const py::bytes& request, double timeout_s) {
-  RequestRing& ring = this->ring();
   const v1::MatmulRequest parsed = ParseRequest(request);
   v1::MatmulResponse response;
   std::string serialized;
   absl::Status status;
+  bool closed = false;
   {
     py::gil_scoped_release release;
-    status = ring.Call(parsed, &response, absl::Seconds(timeout_s));
-    if (status.ok()) serialized = response.SerializeAsString();
+    absl::ReaderMutexLock lock(&mu_);
+    if (ring_ == nullptr) {
+      closed = true;
+    } else {
+      status = ring_->Call(parsed, &response, absl::Seconds(timeout_s));
+      if (status.ok()) serialized = response.SerializeAsString();
+    }
   }
+  if (closed) throw py::value_error("the request ring is closed");
   if (!status.ok()) RaiseMatmulError(status);
   return py::bytes(serialized);
 }
 
 void Ring::CallAsync(const py::bytes& request, double timeout_s,
                      py::object callback) {
-  RequestRing& ring = this->ring();
   const v1::MatmulRequest parsed = ParseRequest(request);
   // Heap-allocated: it must stay put until the answer is written into it.
   auto response = std::make_unique<v1::MatmulResponse>();
   v1::MatmulResponse* response_ptr = response.get();
   PythonCallback done(callback);
-  py::gil_scoped_release release;
-  ring.CallAsync(parsed, response_ptr, absl::Seconds(timeout_s),
-                 [response = std::move(response),
-                  done = std::move(done)](absl::Status status) mutable {
-                   std::string serialized;
-                   if (status.ok()) serialized = response->SerializeAsString();
-                   py::gil_scoped_acquire acquire;
-                   if (status.ok()) {
-                     done.CallOnce(py::bytes(serialized), py::none());
-                   } else {
-                     done.CallOnce(py::none(), MatmulError(status));
-                   }
-                 });
+  bool closed = false;
+  {
+    py::gil_scoped_release release;
+    absl::ReaderMutexLock lock(&mu_);
+    if (ring_ == nullptr) {
+      closed = true;
+    } else {
+      ring_->CallAsync(parsed, response_ptr, absl::Seconds(timeout_s),
+                       [response = std::move(response),
+                        done = std::move(done)](absl::Status status) mutable {
+                         std::string serialized;
+                         if (status.ok())
+                           serialized = response->SerializeAsString();
+                         py::gil_scoped_acquire acquire;
+                         if (status.ok()) {
+                           done.CallOnce(py::bytes(serialized), py::none());
+                         } else {
+                           done.CallOnce(py::none(), MatmulError(status));
+                         }
+                       });
+    }
+  }
+  if (closed) throw py::value_error("the request ring is closed");
 }
 
 void BindRing(py::module_& module) {

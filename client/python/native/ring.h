@@ -7,7 +7,9 @@
 
 #include <memory>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/python/native/connection.h"
 #include "client/request_ring.h"
@@ -48,9 +50,10 @@ class Ring {
   // has its stream-ordered method.
 
   // Detaches the ring (calls still in flight get CANCELLED through their
-  // callbacks) and lets go of the connection. Further calls raise. Must
-  // not race a call in progress. Releases the GIL while the completion
-  // thread ends (it may be waiting for the GIL to run a callback).
+  // callbacks) and lets go of the connection. Waits for synchronous calls
+  // in progress; later calls raise ValueError. Releases the GIL while the
+  // completion thread ends (it may be waiting for the GIL to run a
+  // callback).
   void Close();
 
   bool attached() const;
@@ -60,13 +63,15 @@ class Ring {
        std::unique_ptr<RequestRing> ring)
       : connection_(std::move(connection)), ring_(std::move(ring)) {}
 
-  // The ring; raises ValueError once closed.
-  RequestRing& ring();
-
+  // Held shared by a call while it uses the ring, exclusively by Close
+  // while it takes the ring away: a ring is never destroyed under a call.
+  // Never held with the GIL (a callback may need the GIL while the ring's
+  // destruction waits for it).
+  mutable absl::Mutex mu_;
   // Declared first: destroyed after the ring that uses its client and
   // session.
-  std::shared_ptr<Connection> connection_;
-  std::unique_ptr<RequestRing> ring_;
+  std::shared_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RequestRing> ring_ ABSL_GUARDED_BY(mu_);
 };
 
 // Adds the Ring class to the module.
