@@ -35,6 +35,10 @@ def parse_args():
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--in_flight", type=int, default=64,
                         help="matmul_async products at once")
+    parser.add_argument("--ring_spin_us", type=float, default=None,
+                        help="Client(ring_spin_us=...): how long a ring "
+                        "call polls before it sleeps (default: the C++ "
+                        "client's)")
     parser.add_argument("--source", action="store_true",
                         help="import the package from this source tree")
     return parser.parse_args()
@@ -54,9 +58,9 @@ def start_server(path, directory):
     return server, "unix:" + socket
 
 
-def client_for(matmul_client, target, transport):
+def client_for(matmul_client, target, transport, ring_spin_us):
     os.environ["MATMUL_CLIENT_NATIVE"] = "1" if transport == "ring" else "0"
-    client = matmul_client.Client(target)
+    client = matmul_client.Client(target, ring_spin_us=ring_spin_us)
     if client.transport != transport:
         raise SystemExit(f"asked for {transport}, got {client.transport} "
                          "(is the native extension installed?)")
@@ -101,7 +105,8 @@ def main():
                 a = HostTensor(bytes(2 * m * k), (m, k))
                 b = HostTensor(bytes(2 * k * n), (k, n))
                 for transport in ("ring", "grpc"):
-                    with client_for(matmul_client, target, transport) as c:
+                    with client_for(matmul_client, target, transport,
+                                    args.ring_spin_us) as c:
                         p50, p90 = time_calls(c, a, b, args.warmup,
                                               args.calls)
                         rate = time_async(c, a, b, args.in_flight,

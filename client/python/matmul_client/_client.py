@@ -75,12 +75,16 @@ class Client(_Session, _HostRegions, _CudaRegions):
     def __init__(self, target="unix:/run/matmul/matmul.sock", *, client_name=None,
                  timeout=60.0, max_message_bytes=256 << 20,
                  shm_prefix="matmul", connect_timeout=30.0,
-                 tls_ca=None, tls_cert=None, tls_key=None):
+                 tls_ca=None, tls_cert=None, tls_key=None,
+                 ring_spin_us=None):
         self.target = target
         self.timeout = timeout
         self.shm_prefix = shm_prefix
         self._connect_timeout = connect_timeout
         self._max_message_bytes = max_message_bytes
+        # How long a product waiting in the ring polls before it sleeps (a
+        # busy core, against a wake-up); None: the C++ client's default.
+        self._ring_spin_us = ring_spin_us
         self._client_name = client_name or f"python pid {os.getpid()}"
         channel_options = [
             ("grpc.max_send_message_length", max_message_bytes),

@@ -13,9 +13,9 @@ from ._transports import _RingProducts
 class _Session:
     """Part of Client: the OpenSession stream, opened on first use, and the
     RPCs that name the session. Uses the Client's target, timeout,
-    _connect_timeout, _client_name, _max_message_bytes, shm_prefix, _stub,
-    _native, _lock, _session_call, _connection, _products, _session_id and
-    _closed (made in Client.__init__). With the native extension the
+    _connect_timeout, _client_name, _max_message_bytes, _ring_spin_us,
+    shm_prefix, _stub, _native, _lock, _session_call, _connection,
+    _products, _session_id and _closed (made in Client.__init__). With the native extension the
     session is the C++ client's, and products go through a request ring
     attached to it; region RPCs go over this stub either way."""
 
@@ -65,9 +65,11 @@ class _Session:
         self._connection = connection  # holding it keeps the session open
         self._session_id = connection.session_id
         try:
+            spin = {} if self._ring_spin_us is None else \
+                {"spin_us": self._ring_spin_us}
             ring = self._native.Ring(connection, slots=self._RING_SLOTS,
                                      shm_prefix=self.shm_prefix,
-                                     timeout=self._connect_timeout)
+                                     timeout=self._connect_timeout, **spin)
         except MatmulError as error:
             # The daemon refused a ring (--max_rings reached, say): the
             # session is fine, and products go over gRPC as elsewhere.

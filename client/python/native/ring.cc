@@ -121,10 +121,12 @@ void BindRing(py::module_& module) {
                    "(C++ matmul::RequestRing): products without a gRPC call "
                    "each.")
       .def(py::init([](std::shared_ptr<Connection> connection, int slots,
-                       const std::string& shm_prefix, double timeout) {
+                       const std::string& shm_prefix, double timeout,
+                       double spin_us) {
              RequestRingOptions options;
              options.slots = slots;
              options.shm_prefix = shm_prefix;
+             options.spin = absl::Microseconds(spin_us);
              absl::StatusOr<std::unique_ptr<Ring>> ring;
              {
                py::gil_scoped_release release;
@@ -135,7 +137,9 @@ void BindRing(py::module_& module) {
              return *std::move(ring);
            }),
            py::arg("connection"), py::arg("slots") = 64,
-           py::arg("shm_prefix") = "matmul", py::arg("timeout") = 30.0)
+           py::arg("shm_prefix") = "matmul", py::arg("timeout") = 30.0,
+           py::arg("spin_us") =
+               absl::ToDoubleMicroseconds(RequestRingOptions().spin))
       .def("call", &Ring::Call, py::arg("request"), py::arg("timeout"),
            "Serialized MatmulRequest -> serialized MatmulResponse; raises "
            "MatmulError. The GIL is released while it waits.")
