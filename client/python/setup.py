@@ -76,6 +76,10 @@ def _missing_prerequisite():
         import pybind11  # noqa: F401
     except ImportError:
         return "pybind11 is not installed (Debian: python3-pybind11)"
+    compiler = shlex.split(os.environ.get("CXX") or
+                           sysconfig.get_config_var("CXX") or "c++")
+    if shutil.which(compiler[0]) is None:
+        return f"no C++ compiler {compiler[0]} (Debian: g++)"
     for tool, package in (("pkg-config", "pkg-config"),
                           ("protoc", "protobuf-compiler"),
                           ("grpc_cpp_plugin", "protobuf-compiler-grpc")):
