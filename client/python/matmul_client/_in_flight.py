@@ -46,6 +46,9 @@ class _InFlight:
         with self._lock:
             self._sequence += 1
             future = _ProductFuture(self._sequence)
+            # Running from the start: the product cannot be taken back, so
+            # cancel() says False.
+            future.set_running_or_notify_cancel()
             self._pending.add(future)
             return future
 

@@ -70,6 +70,14 @@ class _GrpcProducts:
         pass  # the channel closes with the client
 
 
+# A ring call always has a deadline; "no timeout" (None) becomes this one.
+_NO_TIMEOUT_SECONDS = 365 * 24 * 3600.0
+
+
+def _ring_timeout(timeout):
+    return _NO_TIMEOUT_SECONDS if timeout is None else float(timeout)
+
+
 class _RingProducts:
     """Products through a request ring of the native extension: no gRPC
     call each, and the GIL is free while one waits."""
@@ -81,7 +89,8 @@ class _RingProducts:
 
     def call(self, request, timeout):
         return pb.MatmulResponse.FromString(
-            self._ring.call(request.SerializeToString(), timeout))
+            self._ring.call(request.SerializeToString(),
+                            _ring_timeout(timeout)))
 
     def call_async(self, request, timeout, done):
         """Sends `request`; done(response, None) or done(None, MatmulError)
@@ -90,7 +99,8 @@ class _RingProducts:
             done(None if data is None else pb.MatmulResponse.FromString(data),
                  error)
 
-        self._ring.call_async(request.SerializeToString(), timeout, finished)
+        self._ring.call_async(request.SerializeToString(),
+                              _ring_timeout(timeout), finished)
 
     def close(self):
         """Detaches the ring; products still in flight fail (CANCELLED)."""

@@ -298,6 +298,15 @@ class MatmulClientTest(unittest.TestCase):
             failed.result()
         self.client.synchronize()
 
+    def test_async_products_cannot_be_cancelled_and_need_no_timeout(self):
+        client = matmul_client.Client(self.target, timeout=None)
+        self.addCleanup(client.close)
+        a, b = self.operands(3, 4, 5)
+        future = client.matmul_async(a, b)
+        self.assertFalse(future.cancel())
+        self.assertEqual(bytes(future.result().data),
+                         bytes(client.matmul(a, b).data))
+
     def test_products_from_several_threads(self):
         cases = [self.operands(5, 6, 7) for _ in range(8)]
         want = [bytes(self.client.matmul(a, b).data) for a, b in cases]
