@@ -71,6 +71,9 @@ class Client(_Session, _HostRegions, _CudaRegions):
     one, run concurrently."""
 
     _RING_SLOTS = 64  # products in flight through the ring at once
+    # Idle scratch regions kept for reuse, in bytes together (the largest
+    # is always kept).
+    _SCRATCH_KEEP_BYTES = 512 << 20
 
     def __init__(self, target="unix:/run/matmul/matmul.sock", *, client_name=None,
                  timeout=60.0, max_message_bytes=256 << 20,
@@ -118,7 +121,8 @@ class Client(_Session, _HostRegions, _CudaRegions):
         self._products = _GrpcProducts(self._stub)
         self._scratch = _ScratchPool(self._new_segment,
                                      self.unregister_region,
-                                     keep=self._RING_SLOTS)
+                                     keep=self._RING_SLOTS,
+                                     keep_bytes=self._SCRATCH_KEEP_BYTES)
         self._in_flight = _InFlight()
         self._shared = []  # [(_SharedSegment, region id)] of shared_*()
         # ("ipc", device, cudaIpcMemHandle) or ("vmm", device, pid,

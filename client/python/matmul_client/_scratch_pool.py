@@ -10,13 +10,14 @@ class _ScratchPool:
     """Registered shm segments handed out one per product. acquire() may
     register a new one (an RPC: call it where blocking is fine); release()
     never blocks, so answers can return segments from any thread. At most
-    `keep` idle segments are kept; the rest are unregistered at the next
-    acquire()."""
+    `keep` idle segments, of at most `keep_bytes` together (but always
+    one), are kept; the rest are unregistered at the next acquire()."""
 
-    def __init__(self, new_segment, unregister, keep):
+    def __init__(self, new_segment, unregister, keep, keep_bytes):
         self._new_segment = new_segment  # size -> (_SharedSegment, region id)
         self._unregister = unregister  # region id -> None
         self._keep = keep
+        self._keep_bytes = keep_bytes
         self._lock = threading.Lock()
         self._idle = []  # [(segment, region id)], smallest first
         self._surplus = []  # idle ones beyond `keep`, to unregister
@@ -50,8 +51,12 @@ class _ScratchPool:
             self._busy.pop(region_id, None)
             self._idle.append(scratch)
             self._idle.sort(key=lambda entry: entry[0].size)
-            if len(self._idle) > self._keep:
-                self._surplus.append(self._idle.pop(0))
+            idle_bytes = sum(segment.size for segment, _ in self._idle)
+            while len(self._idle) > 1 and (len(self._idle) > self._keep or
+                                           idle_bytes > self._keep_bytes):
+                dropped = self._idle.pop(0)
+                idle_bytes -= dropped[0].size
+                self._surplus.append(dropped)
 
     def close(self):
         """The segments, idle or not, for the caller to close; the pool is
