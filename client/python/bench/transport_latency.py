@@ -4,8 +4,8 @@
 p50 and p90 of each, and the products/s of matmul_async with many in
 flight. Runs both transports in one process against one daemon.
 
-    client/python/bench/transport_latency.py --server build/server/matmul-server
-    client/python/bench/transport_latency.py --target unix:/run/matmul/matmul.sock
+    transport_latency.py --server build/server/matmul-server
+    transport_latency.py --target unix:/run/matmul/matmul.sock
 
 --server starts a CPU daemon on a temporary socket (and stops it);
 --target uses a running daemon. The package is imported from the

@@ -39,8 +39,8 @@ class _HostProduct:
             ctypes.memmove(tensor.data_ptr(), segment.address + start,
                            self._out_bytes)
             return tensor
-        return HostTensor(bytearray(segment.view[start:start + self._out_bytes]),
-                          self._shape, self._dtype)
+        data = bytearray(segment.view[start:start + self._out_bytes])
+        return HostTensor(data, self._shape, self._dtype)
 
     def release(self):
         scratch, self._scratch = self._scratch, None

@@ -15,9 +15,10 @@ class _Session:
     RPCs that name the session. Uses the Client's target, timeout,
     _connect_timeout, _client_name, _max_message_bytes, _ring_spin_us,
     shm_prefix, _stub, _native, _lock, _session_call, _connection,
-    _products, _session_id and _closed (made in Client.__init__). With the native extension the
-    session is the C++ client's, and products go through a request ring
-    attached to it; region RPCs go over this stub either way."""
+    _products, _session_id and _closed (made in Client.__init__). With the
+    native extension the session is the C++ client's, and products go
+    through a request ring attached to it; region RPCs go over this stub
+    either way."""
 
     @property
     def session_id(self):
@@ -64,9 +65,9 @@ class _Session:
             max_message_bytes=self._max_message_bytes)
         self._connection = connection  # holding it keeps the session open
         self._session_id = connection.session_id
+        spin = {} if self._ring_spin_us is None else \
+            {"spin_us": self._ring_spin_us}
         try:
-            spin = {} if self._ring_spin_us is None else \
-                {"spin_us": self._ring_spin_us}
             ring = self._native.Ring(connection, slots=self._RING_SLOTS,
                                      shm_prefix=self.shm_prefix,
                                      timeout=self._connect_timeout, **spin)
