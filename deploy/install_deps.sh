@@ -13,6 +13,9 @@ packages=(
   libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
   libgtest-dev libgmock-dev curl python3-grpcio python3-protobuf
   prometheus python3-yaml python3-venv python3-setuptools
+  # The Python client's native extension (pip install ./client/python) and
+  # its CI test with CPU tensors.
+  pybind11-dev python3-pybind11 python3-torch
   # tools/plot_bench.py (bench charts) and its test.
   python3-matplotlib
   # tests/fuzz and tests/sanitizers: clang with its sanitizer runtimes and

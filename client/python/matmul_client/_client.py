@@ -2,26 +2,48 @@
 lifetime; sessions and regions come from the mixins) and matmul()."""
 
 import atexit
-import ctypes
+import collections
 import os
 import threading
+import weakref
 
 import grpc
 
 from ._cuda_regions import _CudaRegions
-from ._errors import _call
+from ._host_product import _HostProduct
 from ._host_regions import _HostRegions
+from ._in_flight import _InFlight
 from ._operands import _Operand, _output_shape
 from ._proto import matmul_pb2 as pb
 from ._proto import matmul_pb2_grpc as pb_grpc
+from ._scratch_pool import _ScratchPool
 from ._session import _Session
-from ._tensors import _ELEMENT_BYTES, BF16, HostTensor, _parse_dtype
+from ._tensors import _ELEMENT_BYTES, BF16, _parse_dtype
+from ._transports import _GrpcProducts, _load_native
 
-_ALIGNMENT = 64  # bytes; every operand placed in the scratch region starts so
+_ALIGNMENT = 64  # bytes; every operand placed in a scratch region starts so
 
 
 def _align(offset):
     return (offset + _ALIGNMENT - 1) // _ALIGNMENT * _ALIGNMENT
+
+
+class _CudaProduct:
+    """A product of CUDA tensors in flight: out is written in place; the
+    regions it made stale are unregistered once it is answered."""
+
+    def __init__(self, request, out, retired, retired_sink):
+        self.request = request
+        self._out = out
+        self._retired = retired
+        self._retired_sink = retired_sink
+
+    def finish(self, response):
+        return self._out
+
+    def release(self):
+        retired, self._retired = self._retired, []
+        self._retired_sink.extend(retired)
 
 
 # --- the client --------------------------------------------------------------
@@ -31,25 +53,41 @@ class Client(_Session, _HostRegions, _CudaRegions):
 
     The session (an OpenSession stream) opens on first use and stays open
     until close(); the daemon releases every region of it when the stream
-    ends, also when this process is killed. Host operands are copied into a
-    scratch shm region (registered once, grown when needed); tensors made by
-    shared_tensor / shared_buffer are used in place. CUDA tensors are
-    referenced by offset in their memory, registered once: a cudaMalloc
-    block by its IPC handle (cuda_ipc), the expandable-segment chunks that
-    hold a storage by their POSIX fds (cuda_vmm). Those registrations are
-    forgotten (and unregistered) when torch gives memory of their device
-    back to the driver (empty_cache, or an allocation retried after OOM).
-    Thread-safe; host-path products of one client run one at a time (they
-    share the scratch region)."""
+    ends, also when this process is killed. On a unix-socket target, when
+    the native extension (matmul_client._native) is installed and
+    MATMUL_CLIENT_NATIVE is not 0, the session is the C++ client's and
+    products go through a request ring in shared memory; otherwise each is
+    a gRPC call. Results and errors are the same either way (`transport`
+    says which is used).
+    Host operands are copied into scratch shm regions (one per product in
+    flight, registered once and reused); tensors made by shared_tensor /
+    shared_buffer are used in place. CUDA tensors are referenced by offset
+    in their memory, registered once: a cudaMalloc block by its IPC handle
+    (cuda_ipc), the expandable-segment chunks that hold a storage by their
+    POSIX fds (cuda_vmm). Those registrations are forgotten (and
+    unregistered) when torch gives memory of their device back to the
+    driver (empty_cache, or an allocation retried after OOM).
+    Thread-safe; products of several threads, and matmul_async products of
+    one, run concurrently."""
+
+    _RING_SLOTS = 64  # products in flight through the ring at once
+    # Idle scratch regions kept for reuse, in bytes together (the largest
+    # is always kept).
+    _SCRATCH_KEEP_BYTES = 512 << 20
 
     def __init__(self, target="unix:/run/matmul/matmul.sock", *, client_name=None,
                  timeout=60.0, max_message_bytes=256 << 20,
                  shm_prefix="matmul", connect_timeout=30.0,
-                 tls_ca=None, tls_cert=None, tls_key=None):
+                 tls_ca=None, tls_cert=None, tls_key=None,
+                 ring_spin_us=None):
         self.target = target
         self.timeout = timeout
         self.shm_prefix = shm_prefix
         self._connect_timeout = connect_timeout
+        self._max_message_bytes = max_message_bytes
+        # How long a product waiting in the ring polls before it sleeps (a
+        # busy core, against a wake-up); None: the C++ client's default.
+        self._ring_spin_us = ring_spin_us
         self._client_name = client_name or f"python pid {os.getpid()}"
         channel_options = [
             ("grpc.max_send_message_length", max_message_bytes),
@@ -74,10 +112,18 @@ class Client(_Session, _HostRegions, _CudaRegions):
             self._channel = grpc.insecure_channel(target,
                                                   options=channel_options)
         self._stub = pb_grpc.MatmulServiceStub(self._channel)
+        self._native = _load_native(target, secure=tls_ca is not None)
         self._lock = threading.RLock()
-        self._session_call = None
+        self._session_call = None  # the OpenSession stream (gRPC session)
+        self._connection = None  # the native session (_native.Connection)
         self._session_id = None
-        self._scratch = None  # (_SharedSegment, region id)
+        # Replaced by the ring's when the native session opens.
+        self._products = _GrpcProducts(self._stub)
+        self._scratch = _ScratchPool(self._new_segment,
+                                     self.unregister_region,
+                                     keep=self._RING_SLOTS,
+                                     keep_bytes=self._SCRATCH_KEEP_BYTES)
+        self._in_flight = _InFlight()
         self._shared = []  # [(_SharedSegment, region id)] of shared_*()
         # ("ipc", device, cudaIpcMemHandle) or ("vmm", device, pid,
         # chunk bytes, fds) -> (region id, size, device)
@@ -86,8 +132,20 @@ class Client(_Session, _HostRegions, _CudaRegions):
         # region size, device)
         self._cuda_storages = {}
         self._cuda_freed = {}  # device -> _freed_bytes at the last product
-        self._retired = []  # region ids to unregister after the current call
+        # Region ids made stale while the product being prepared was built
+        # (it may still name them), then, once it is answered, those to
+        # unregister (_unregister_retired).
+        self._retired = []
+        self._retired_done = collections.deque()
         self._closed = False
+        _live_clients.add(self)
+
+    @property
+    def transport(self):
+        """"ring" (the native extension's request ring) or "grpc": how this
+        client's products reach the daemon. Opens the session."""
+        self.session_id  # noqa: B018 (the transport is chosen with it)
+        return self._products.name
 
     # -- products --
 
@@ -101,6 +159,69 @@ class Client(_Session, _HostRegions, _CudaRegions):
         BF16 or FP32 (out_dtype, else out's dtype, else BF16). beta != 0
         needs out, whose values are read first. Returns out (a new tensor
         when None: torch for torch inputs, else a HostTensor)."""
+        product = self._prepare(a, b, out, transpose_b, transpose_a, alpha,
+                                beta, out_dtype)
+        try:
+            response = self._products.call(
+                product.request, self.timeout if timeout is None else timeout)
+            self.last_response = response
+            return product.finish(response)
+        finally:
+            product.release()
+            self._unregister_retired()
+
+    def matmul_async(self, a, b, out=None, transpose_b=False,
+                     transpose_a=False, alpha=1.0, beta=0.0, out_dtype=None,
+                     timeout=None):
+        """As matmul, without waiting for the answer: returns a
+        concurrent.futures.Future of out. One thread can keep many products
+        in flight this way (the daemon's batcher may run them together).
+        Errors found while preparing the request raise here; the daemon's
+        raise from the future's result(), and synchronize() raises the
+        first one not raised yet. Operands must stay alive and unchanged,
+        and out untouched, until the future is done."""
+        self._unregister_retired()
+        product = self._prepare(a, b, out, transpose_b, transpose_a, alpha,
+                                beta, out_dtype)
+        future = self._in_flight.start()
+
+        def done(response, error):
+            result = None
+            try:
+                if error is None:
+                    self.last_response = response
+                    result = product.finish(response)
+            except BaseException as failure:  # noqa: BLE001 (to the future)
+                error = failure
+            finally:
+                product.release()
+            self._in_flight.finish(future, result, error)
+
+        try:
+            self._products.call_async(
+                product.request, self.timeout if timeout is None else timeout,
+                done)
+        except BaseException:
+            self._in_flight.abandon(future)
+            product.release()
+            raise
+        return future
+
+    def synchronize(self):
+        """Waits for every product of this client in flight (matmul_async),
+        then raises the first error among them, in the order they were
+        sent, that was not raised yet (by a future's result() or an
+        earlier synchronize()); the failures after it count as reported
+        with it."""
+        try:
+            self._in_flight.synchronize()
+        finally:
+            self._unregister_retired()
+
+    def _prepare(self, a, b, out, transpose_b, transpose_a, alpha, beta,
+                 out_dtype):
+        """The product as a request ready to send, with finish(response)
+        and release() (see _HostProduct)."""
         a_op, b_op = _Operand(a, "a"), _Operand(b, "b")
         shape = _output_shape(a_op, b_op, transpose_a, transpose_b)
         if out is not None:
@@ -114,15 +235,11 @@ class Client(_Session, _HostRegions, _CudaRegions):
         request = pb.MatmulRequest(transpose_a=transpose_a,
                                    transpose_b=transpose_b, alpha=alpha,
                                    beta=beta, out_dtype=dtype)
-        timeout = self.timeout if timeout is None else timeout
         if a_op.cuda or b_op.cuda or (out is not None and out_op.cuda):
-            return self._matmul_cuda(request, a_op, b_op, out, shape, dtype,
-                                     timeout)
-        with self._lock:
-            return self._matmul_host(request, a_op, b_op, out, shape, dtype,
-                                     timeout)
+            return self._prepare_cuda(request, a_op, b_op, out, shape, dtype)
+        return self._prepare_host(request, a_op, b_op, out, shape, dtype)
 
-    def _matmul_cuda(self, request, a_op, b_op, out, shape, dtype, timeout):
+    def _prepare_cuda(self, request, a_op, b_op, out, shape, dtype):
         import torch
         if out is None:
             out = torch.empty(shape, device=a_op.value.device,
@@ -140,94 +257,91 @@ class Client(_Session, _HostRegions, _CudaRegions):
             for operand, field in ((a_op, request.a), (b_op, request.b),
                                    (out_op, request.c)):
                 field.CopyFrom(operand.tensor(*self._cuda_ref(operand)))
+            retired, self._retired = self._retired, []
         # The daemon reads the inputs when the request arrives: finish the
         # work that produces them first.
         torch.cuda.synchronize(a_op.value.device)
-        try:
-            response = _call(self._stub.Matmul, request, timeout)
-        finally:
-            self._unregister_retired()
-        self.last_response = response
-        return out
+        return _CudaProduct(request, out, retired, self._retired_done)
 
-    def _matmul_host(self, request, a_op, b_op, out, shape, dtype, timeout):
+    def _prepare_host(self, request, a_op, b_op, out, shape, dtype):
         out_op = _Operand(out, "out") if out is not None else None
-        refs = [self._shared_ref(op) if op else None
-                for op in (a_op, b_op, out_op)]
-        # Everything not already in a shared region goes to the scratch one.
+        with self._lock:
+            request.session_id = self.session_id
+            refs = [self._shared_ref(op) if op else None
+                    for op in (a_op, b_op, out_op)]
+        # Everything not already in a shared region goes to a scratch one.
         dense_out = 1
         for d in shape:
             dense_out *= d
         dense_out *= _ELEMENT_BYTES[dtype]
         placements, end = [], 0
-        for op, ref, nbytes in ((a_op, refs[0], a_op.nbytes),
-                                (b_op, refs[1], b_op.nbytes),
-                                (out_op, refs[2],
-                                 out_op.nbytes if out_op else dense_out)):
+        for ref, nbytes in ((refs[0], a_op.nbytes), (refs[1], b_op.nbytes),
+                            (refs[2], out_op.nbytes if out_op else dense_out)):
             if ref is None:
                 end = _align(end)
                 placements.append(end)
                 end += nbytes
             else:
                 placements.append(None)
-        scratch = scratch_id = None
-        if end:
-            scratch, scratch_id = self._scratch_segment(end)
-        request.session_id = self.session_id
-        for op, ref, offset, field in ((a_op, refs[0], placements[0],
-                                        request.a),
-                                       (b_op, refs[1], placements[1],
-                                        request.b)):
-            if ref is None:
-                op.read_into(scratch, offset)
-                ref = (scratch_id, offset)
-            field.CopyFrom(op.tensor(*ref))
-        if out_op is not None:
-            if refs[2] is None:
-                # The whole extent, so elements between strided rows come
-                # back unchanged when it is copied back.
-                out_op.read_into(scratch, placements[2])
-                request.c.CopyFrom(out_op.tensor(scratch_id, placements[2]))
+        scratch = self._scratch.acquire(end) if end else None
+        product = _HostProduct(request, scratch, self._scratch, out_op,
+                               placements[2], shape, dtype, dense_out,
+                               a_op.torch)
+        try:
+            for op, ref, offset, field in ((a_op, refs[0], placements[0],
+                                            request.a),
+                                           (b_op, refs[1], placements[1],
+                                            request.b)):
+                if ref is None:
+                    op.read_into(scratch[0], offset)
+                    ref = (scratch[1], offset)
+                field.CopyFrom(op.tensor(*ref))
+            if out_op is not None:
+                if refs[2] is None:
+                    # The whole extent, so elements between strided rows
+                    # come back unchanged when it is copied back.
+                    out_op.read_into(scratch[0], placements[2])
+                    request.c.CopyFrom(out_op.tensor(scratch[1],
+                                                     placements[2]))
+                else:
+                    request.c.CopyFrom(out_op.tensor(*refs[2]))
             else:
-                request.c.CopyFrom(out_op.tensor(*refs[2]))
-        else:
-            request.c.CopyFrom(pb.Tensor(
-                dtype=dtype, shape=shape,
-                region=pb.RegionRef(region_id=scratch_id,
-                                    offset_bytes=placements[2])))
-        response = _call(self._stub.Matmul, request, timeout)
-        self.last_response = response
-        if out_op is not None:
-            if refs[2] is None:
-                out_op.write_from(scratch, placements[2])
-            return out
-        start = placements[2]
-        result = bytearray(scratch.view[start:start + dense_out])
-        if a_op.torch:
-            import torch
-            tensor = torch.empty(shape, dtype=torch.bfloat16 if dtype == BF16
-                                 else torch.float32)
-            ctypes.memmove(tensor.data_ptr(),
-                           (ctypes.c_char * dense_out).from_buffer(result),
-                           dense_out)
-            return tensor
-        return HostTensor(result, shape, dtype)
+                request.c.CopyFrom(pb.Tensor(
+                    dtype=dtype, shape=shape,
+                    region=pb.RegionRef(region_id=scratch[1],
+                                        offset_bytes=placements[2])))
+        except BaseException:
+            product.release()
+            raise
+        return product
+
+    def _unregister_retired(self):
+        """Unregisters the regions that answered products made stale."""
+        while True:
+            try:
+                region_id = self._retired_done.popleft()
+            except IndexError:
+                return
+            self.unregister_region(region_id)
 
     # -- lifetime --
 
     def close(self):
-        """Unregisters the regions, ends the session (the daemon would
-        release its regions anyway) and closes the channel."""
+        """Waits for the products in flight, unregisters the regions, ends
+        the session (the daemon would release its regions anyway) and
+        closes the channel."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            segments = [s for s, _ in self._shared]
-            if self._scratch is not None:
-                segments.append(self._scratch[0])
-            self._shared, self._scratch = [], None
+        self._in_flight.wait()
+        with self._lock:
+            segments = [s for s, _ in self._shared] + self._scratch.close()
+            self._shared = []
             self._cuda_regions, self._cuda_storages = {}, {}
             self._cuda_freed = {}
+            self._products.close()
+            self._connection = None  # ends the native session
             if self._session_call is not None:
                 self._session_call.cancel()
             for segment in segments:
@@ -265,7 +379,18 @@ def close_default_clients():
         client.close()
 
 
-atexit.register(close_default_clients)
+# Every client still open at exit is closed then, default or not: a request
+# ring's completion thread must not outlive the interpreter.
+_live_clients = weakref.WeakSet()
+
+
+def _close_live_clients():
+    close_default_clients()
+    for client in list(_live_clients):
+        client.close()
+
+
+atexit.register(_close_live_clients)
 
 
 def matmul(a, b, out=None, transpose_b=False, transpose_a=False, alpha=1.0,

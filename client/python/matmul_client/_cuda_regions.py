@@ -155,8 +155,8 @@ class _CudaRegions:
     def _forget_cuda_regions(self, which, defer=False):
         """Unregisters the cached CUDA regions for which which(entry) holds
         (entry: (region id, size, device)) and the storages that use them;
-        with `defer`, only after the product being prepared (see
-        _unregister_retired)."""
+        with `defer`, only after the product being prepared is answered
+        (see Client._unregister_retired)."""
         gone = {key: entry for key, entry in self._cuda_regions.items()
                 if which(entry)}
         ids = {entry[0] for entry in gone.values()}
@@ -170,12 +170,6 @@ class _CudaRegions:
             return
         for region_id in ids:
             self.unregister_region(region_id)
-
-    def _unregister_retired(self):
-        with self._lock:
-            retired, self._retired = self._retired, []
-            for region_id in retired:
-                self.unregister_region(region_id)
 
     def _drop_stale_cuda_regions(self, device):
         """Forgets the cached regions of `device` when torch has given

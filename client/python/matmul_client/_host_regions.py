@@ -1,5 +1,6 @@
-"""The Client's shm regions for host operands: the scratch region that
-operands are copied through, and the shared_* regions used in place."""
+"""The Client's shm regions for host operands: new registered segments
+(for the scratch pool that operands are copied through, and for the
+shared_* regions used in place)."""
 
 import ctypes
 
@@ -10,8 +11,8 @@ from ._tensors import BF16, _parse_dtype
 
 class _HostRegions:
     """Part of Client: registers shm segments as regions of its session.
-    Uses the Client's shm_prefix, _lock, _scratch and _shared (made and
-    described in Client.__init__)."""
+    Uses the Client's shm_prefix, _lock and _shared (made and described in
+    Client.__init__)."""
 
     def _register_segment(self, segment):
         response = self.register_region(pb.RegisterRegionRequest(
@@ -73,18 +74,3 @@ class _HostRegions:
             if segment.contains(address, operand.nbytes):
                 return region_id, address - segment.address
         return None
-
-    def _scratch_segment(self, size):
-        if self._scratch is not None and self._scratch[0].size >= size:
-            return self._scratch
-        size = max(size, 1 << 20)
-        size = 1 << (size - 1).bit_length()  # grow geometrically
-        if self._scratch is not None:
-            old, old_id = self._scratch
-            self._scratch = None
-            try:
-                self.unregister_region(old_id)
-            finally:
-                old.close()
-        self._scratch = self._new_segment(size)
-        return self._scratch

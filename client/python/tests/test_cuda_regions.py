@@ -13,7 +13,10 @@ import types
 import unittest
 from unittest import mock
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# The source tree's package, unless the test is of the installed one
+# (install_test.sh).
+if not os.environ.get("MATMUL_CLIENT_TEST_INSTALLED"):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import matmul_client  # noqa: E402
 from matmul_client import _client, _cuda_regions  # noqa: E402
@@ -278,6 +281,11 @@ class ClientCudaRegionsTest(unittest.TestCase):
         self.assertEqual(self.ref(FakeTensor(later)), ("r2", MiB))
         self.assertEqual(self.registered[1].cuda_ipc.size_bytes, 2 * MiB)
         self.assertEqual(self.unregistered, [])
+        # The product takes the stale ids along; its answer hands them back.
+        retired, self.client._retired = self.client._retired, []
+        self.assertEqual(retired, ["r1"])
+        _client._CudaProduct(None, None, retired,
+                             self.client._retired_done).release()
         self.client._unregister_retired()
         self.assertEqual(self.unregistered, ["r1"])
         # The first storage now goes through the larger region.

@@ -9,6 +9,7 @@ the CUDA parts that need no daemon).
 """
 
 import array
+import concurrent.futures
 import os
 import random
 import subprocess
@@ -17,13 +18,16 @@ import tempfile
 import time
 import unittest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+# The source tree's package, unless the test is of the installed one
+# (install_test.sh).
+if not os.environ.get("MATMUL_CLIENT_TEST_INSTALLED"):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import grpc  # noqa: E402
 
 import matmul_client  # noqa: E402
 from matmul_client import HostTensor, MatmulError  # noqa: E402
-from matmul_client import _client  # noqa: E402
+from matmul_client import _client, _transports  # noqa: E402
 
 
 def random_bf16(count, rng):
@@ -251,6 +255,66 @@ class MatmulClientTest(unittest.TestCase):
                      if n.startswith(f"matmul-py{os.getpid()}-")]
         self.assertEqual(leftovers, [])
 
+    def test_products_take_the_expected_transport(self):
+        # install_test.sh runs this suite with the native extension.
+        expected = os.environ.get("MATMUL_CLIENT_TEST_TRANSPORT")
+        if not expected:
+            self.skipTest("MATMUL_CLIENT_TEST_TRANSPORT not set")
+        self.assertEqual(self.client.transport, expected)
+
+    def test_matmul_async_keeps_many_products_in_flight(self):
+        cases = [self.operands(9, 7, 11) for _ in range(24)]
+        futures = [self.client.matmul_async(a, b, out_dtype="fp32")
+                   for a, b in cases]
+        self.client.synchronize()
+        self.assertTrue(all(f.done() for f in futures))
+        for future, (a, b) in zip(futures, cases):
+            self.assertEqual(
+                bytes(future.result().data),
+                bytes(self.client.matmul(a, b, out_dtype="fp32").data))
+        # Each product had its own scratch region; they are kept for reuse.
+        self.assertGreater(len(self.client._scratch._idle), 1)
+        # out= is filled in when the future is done.
+        a, b = cases[0]
+        out = HostTensor(bytearray(9 * 7 * 4), (9, 7), "fp32")
+        self.assertIs(self.client.matmul_async(a, b, out=out).result(), out)
+        self.assertEqual(bytes(out.data), bytes(futures[0].result().data))
+
+    def test_synchronize_raises_the_first_error_not_raised_yet(self):
+        a, b = self.operands(4, 5, 6)
+        ok = self.client.matmul_async(a, b)
+        first = self.client.matmul_async(a, a)  # K 6 vs 4
+        second = self.client.matmul_async(b, b)  # K 5 vs 6
+        with self.assertRaises(MatmulError) as caught:
+            self.client.synchronize()
+        self.assertIs(caught.exception, first.exception())
+        self.assertIn("inner dimensions disagree", caught.exception.details)
+        self.client.synchronize()  # reported already
+        self.assertIsNotNone(ok.result())
+        self.assertIsNotNone(second.exception())
+        # An error the caller already got from its future is not raised.
+        failed = self.client.matmul_async(a, a)
+        with self.assertRaises(MatmulError):
+            failed.result()
+        self.client.synchronize()
+
+    def test_async_products_cannot_be_cancelled_and_need_no_timeout(self):
+        client = matmul_client.Client(self.target, timeout=None)
+        self.addCleanup(client.close)
+        a, b = self.operands(3, 4, 5)
+        future = client.matmul_async(a, b)
+        self.assertFalse(future.cancel())
+        self.assertEqual(bytes(future.result().data),
+                         bytes(client.matmul(a, b).data))
+
+    def test_products_from_several_threads(self):
+        cases = [self.operands(5, 6, 7) for _ in range(8)]
+        want = [bytes(self.client.matmul(a, b).data) for a, b in cases]
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            got = list(pool.map(
+                lambda ab: bytes(self.client.matmul(*ab).data), cases * 4))
+        self.assertEqual(got, want * 4)
+
     def test_torch_is_imported_lazily(self):
         self.assertNotIn("torch", sys.modules)
 
@@ -259,6 +323,55 @@ class MatmulClientTest(unittest.TestCase):
         back = matmul_client.floats_from_bf16(matmul_client.bf16_bytes(values))
         for v, w in zip(values, back):
             self.assertAlmostEqual(v, w, delta=abs(v) * 2 ** -8)
+
+
+class RefusedRingTest(unittest.TestCase):
+    """A daemon that attaches no more rings (--max_rings=1): the second
+    client keeps its session and sends its products over gRPC."""
+
+    def setUp(self):
+        server = os.environ.get("MATMUL_SERVER")
+        if not server:
+            self.skipTest("set MATMUL_SERVER to a matmul-server")
+        if _transports._load_native("unix:", secure=False) is None:
+            # install_test.sh runs this with the extension: there it fails.
+            self.assertNotEqual(
+                os.environ.get("MATMUL_CLIENT_TEST_TRANSPORT"), "ring",
+                "the native extension does not load")
+            self.skipTest("the native extension is not built (or "
+                          "MATMUL_CLIENT_NATIVE=0)")
+        directory = tempfile.TemporaryDirectory()
+        self.addCleanup(directory.cleanup)
+        socket = os.path.join(directory.name, "matmul.sock")
+        self.target = "unix:" + socket
+        log = open(os.path.join(directory.name, "server.log"), "w")
+        self.addCleanup(log.close)
+        daemon = subprocess.Popen(
+            [server, "--backend=cpu", "--listen=" + self.target,
+             "--metrics_listen=", "--max_rings=1"], stdout=log,
+            stderr=subprocess.STDOUT)
+        self.addCleanup(daemon.wait, timeout=60)
+        self.addCleanup(daemon.terminate)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(socket):
+            self.assertIsNone(daemon.poll(), "matmul-server exited")
+            self.assertLess(time.monotonic(), deadline, "no matmul-server")
+            time.sleep(0.05)
+
+    def test_products_go_over_grpc_when_no_ring_is_attached(self):
+        first = matmul_client.Client(self.target)
+        self.addCleanup(first.close)
+        self.assertEqual(first.transport, "ring")
+        second = matmul_client.Client(self.target)
+        self.addCleanup(second.close)
+        with self.assertWarnsRegex(RuntimeWarning, "RESOURCE_EXHAUSTED"):
+            self.assertEqual(second.transport, "grpc")
+        rng = random.Random(5)
+        a = HostTensor(random_bf16(6 * 4, rng), (6, 4))
+        b = HostTensor(random_bf16(4 * 3, rng), (4, 3))
+        self.assertEqual(bytes(first.matmul(a, b).data),
+                         bytes(second.matmul(a, b).data))
+        self.assertEqual(len(second.list_regions()), 1)  # its scratch
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ import textwrap
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+# The source tree's package, unless the test is of the installed one
+# (install_test.sh).
+if not os.environ.get("MATMUL_CLIENT_TEST_INSTALLED"):
+    sys.path.insert(0, os.path.join(HERE, ".."))
 
 from matmul_client import _shm_segment  # noqa: E402
 

@@ -1,0 +1,157 @@
+#include "client/python/native/ring.h"
+
+#include <string>
+#include <utility>
+
+#include "client/python/native/matmul_error.h"
+#include "client/python/native/python_callback.h"
+#include "client/python/native/without_gil.h"
+#include "matmul/v1/matmul.pb.h"
+
+namespace matmul::python {
+namespace {
+
+namespace py = pybind11;
+
+v1::MatmulRequest ParseRequest(const py::bytes& serialized) {
+  char* data = nullptr;
+  Py_ssize_t size = 0;
+  if (PyBytes_AsStringAndSize(serialized.ptr(), &data, &size) != 0) {
+    throw py::error_already_set();
+  }
+  v1::MatmulRequest request;
+  if (!request.ParseFromArray(data, static_cast<int>(size))) {
+    throw py::value_error("request is not a serialized MatmulRequest");
+  }
+  return request;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Ring>> Ring::Attach(
+    std::shared_ptr<Connection> connection, const RequestRingOptions& options,
+    absl::Duration timeout) {
+  absl::StatusOr<std::unique_ptr<RequestRing>> ring = RequestRing::Attach(
+      connection->client(), connection->session(), options, timeout);
+  if (!ring.ok()) return ring.status();
+  // The constructor is private, so std::make_unique cannot reach it.
+  return std::unique_ptr<Ring>(
+      new Ring(std::move(connection), *std::move(ring)));
+}
+
+Ring::~Ring() { Close(); }
+
+void Ring::Close() {
+  WithoutGil([this] {
+    std::unique_ptr<RequestRing> ring;
+    std::shared_ptr<Connection> connection;
+    {
+      absl::MutexLock lock(&mu_);
+      ring = std::move(ring_);
+      connection = std::move(connection_);
+    }
+    // Outside the lock: a callback that runs while the ring detaches may
+    // call into this Ring (and find it closed).
+    ring.reset();
+    connection.reset();
+  });
+}
+
+bool Ring::attached() const {
+  absl::ReaderMutexLock lock(&mu_);
+  return ring_ != nullptr && ring_->attached();
+}
+
+py::bytes Ring::Call(const py::bytes& request, double timeout_s) {
+  const v1::MatmulRequest parsed = ParseRequest(request);
+  v1::MatmulResponse response;
+  std::string serialized;
+  absl::Status status;
+  bool closed = false;
+  {
+    py::gil_scoped_release release;
+    absl::ReaderMutexLock lock(&mu_);
+    if (ring_ == nullptr) {
+      closed = true;
+    } else {
+      status = ring_->Call(parsed, &response, absl::Seconds(timeout_s));
+      if (status.ok()) serialized = response.SerializeAsString();
+    }
+  }
+  if (closed) throw py::value_error("the request ring is closed");
+  if (!status.ok()) RaiseMatmulError(status);
+  return py::bytes(serialized);
+}
+
+void Ring::CallAsync(const py::bytes& request, double timeout_s,
+                     py::object callback) {
+  const v1::MatmulRequest parsed = ParseRequest(request);
+  // Heap-allocated: it must stay put until the answer is written into it.
+  auto response = std::make_unique<v1::MatmulResponse>();
+  v1::MatmulResponse* response_ptr = response.get();
+  PythonCallback done(callback);
+  bool closed = false;
+  {
+    py::gil_scoped_release release;
+    absl::ReaderMutexLock lock(&mu_);
+    if (ring_ == nullptr) {
+      closed = true;
+    } else {
+      ring_->CallAsync(parsed, response_ptr, absl::Seconds(timeout_s),
+                       [response = std::move(response),
+                        done = std::move(done)](absl::Status status) mutable {
+                         std::string serialized;
+                         if (status.ok())
+                           serialized = response->SerializeAsString();
+                         py::gil_scoped_acquire acquire;
+                         if (status.ok()) {
+                           done.CallOnce(py::bytes(serialized), py::none());
+                         } else {
+                           done.CallOnce(py::none(), MatmulError(status));
+                         }
+                       });
+    }
+  }
+  if (closed) throw py::value_error("the request ring is closed");
+}
+
+void BindRing(py::module_& module) {
+  py::class_<Ring>(module, "Ring",
+                   "A request ring attached to a Connection's session "
+                   "(C++ matmul::RequestRing): products without a gRPC call "
+                   "each.")
+      .def(py::init([](std::shared_ptr<Connection> connection, int slots,
+                       const std::string& shm_prefix, double timeout,
+                       double spin_us) {
+             RequestRingOptions options;
+             options.slots = slots;
+             options.shm_prefix = shm_prefix;
+             options.spin = absl::Microseconds(spin_us);
+             absl::StatusOr<std::unique_ptr<Ring>> ring;
+             {
+               py::gil_scoped_release release;
+               ring = Ring::Attach(std::move(connection), options,
+                                   absl::Seconds(timeout));
+             }
+             if (!ring.ok()) RaiseMatmulError(ring.status());
+             return *std::move(ring);
+           }),
+           py::arg("connection"), py::arg("slots") = 64,
+           py::arg("shm_prefix") = "matmul", py::arg("timeout") = 30.0,
+           py::arg("spin_us") =
+               absl::ToDoubleMicroseconds(RequestRingOptions().spin))
+      .def("call", &Ring::Call, py::arg("request"), py::arg("timeout"),
+           "Serialized MatmulRequest -> serialized MatmulResponse; raises "
+           "MatmulError. The GIL is released while it waits.")
+      .def("call_async", &Ring::CallAsync, py::arg("request"),
+           py::arg("timeout"), py::arg("callback"),
+           "Sends the request; callback(response_bytes, None) or "
+           "callback(None, MatmulError) runs later on the ring's completion "
+           "thread, with the GIL.")
+      // call_on_stream (stream-ordered CUDA products) goes here.
+      .def("close", &Ring::Close,
+           "Detaches the ring; products still in flight fail with CANCELLED.")
+      .def_property_readonly("attached", &Ring::attached);
+}
+
+}  // namespace matmul::python

@@ -1,0 +1,82 @@
+// matmul::python::Ring: a request ring (matmul::RequestRing) attached to a
+// Connection's session, for the matmul_client._native extension. Requests
+// and responses cross the binding serialized (the package builds them with
+// its protobuf stubs); the wait for an answer runs without the GIL.
+#ifndef MATMUL_CLIENT_PYTHON_NATIVE_RING_H_
+#define MATMUL_CLIENT_PYTHON_NATIVE_RING_H_
+
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/python/native/connection.h"
+#include "client/request_ring.h"
+#include "pybind11/pybind11.h"
+
+namespace matmul::python {
+
+class Ring {
+ public:
+  // Attaches a ring to `connection`'s session; holds the connection until
+  // the ring is closed.
+  static absl::StatusOr<std::unique_ptr<Ring>> Attach(
+      std::shared_ptr<Connection> connection, const RequestRingOptions& options,
+      absl::Duration timeout);
+
+  // Detaches, as Close.
+  ~Ring();
+
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+
+  // One product: `request` is a serialized MatmulRequest; returns the
+  // serialized MatmulResponse, or raises MatmulError with the status
+  // RequestRing::Call returns (the daemon's in-band status, or the ring's
+  // own DEADLINE_EXCEEDED / UNAVAILABLE). Needs the GIL; releases it while
+  // waiting.
+  pybind11::bytes Call(const pybind11::bytes& request, double timeout_s);
+
+  // Sends one product and returns once it is in the ring; `callback` runs
+  // later, on the ring's completion thread with the GIL held, as
+  // callback(response_bytes, None) or callback(None, MatmulError). Needs
+  // the GIL; releases it while waiting for a free slot.
+  void CallAsync(const pybind11::bytes& request, double timeout_s,
+                 pybind11::object callback);
+
+  // Stream-ordered CUDA products (a call_on_stream binding taking the
+  // caller's cudaStream_t) belong here, next to Call, once the C++ client
+  // has its stream-ordered method.
+
+  // Detaches the ring (calls still in flight get CANCELLED through their
+  // callbacks) and lets go of the connection. Waits for synchronous calls
+  // in progress; later calls raise ValueError. Releases the GIL while the
+  // completion thread ends (it may be waiting for the GIL to run a
+  // callback).
+  void Close();
+
+  bool attached() const;
+
+ private:
+  Ring(std::shared_ptr<Connection> connection,
+       std::unique_ptr<RequestRing> ring)
+      : connection_(std::move(connection)), ring_(std::move(ring)) {}
+
+  // Held shared by a call while it uses the ring, exclusively by Close
+  // while it takes the ring away: a ring is never destroyed under a call.
+  // Never held with the GIL (a callback may need the GIL while the ring's
+  // destruction waits for it).
+  mutable absl::Mutex mu_;
+  // Declared first: destroyed after the ring that uses its client and
+  // session.
+  std::shared_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<RequestRing> ring_ ABSL_GUARDED_BY(mu_);
+};
+
+// Adds the Ring class to the module.
+void BindRing(pybind11::module_& module);
+
+}  // namespace matmul::python
+
+#endif  // MATMUL_CLIENT_PYTHON_NATIVE_RING_H_
