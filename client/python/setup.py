@@ -50,9 +50,20 @@ NATIVE_SOURCES = [
     "native/module.cc",
     "native/ring.cc",
 ]
+# Stream-ordered CUDA products need the CUDA runtime's headers and library
+# at build time; without them the extension is built with the stand-in that
+# says so, and CUDA tensors take the synchronizing path.
+CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+HAVE_CUDA = os.path.exists(os.path.join(CUDA_HOME, "include", "cuda.h"))
+CLIENT_SOURCES += [
+    "client/registered_region.cc",
+    "client/stream_ordered_calls.cc",
+    "common/cuda_driver_api.cc",
+] if HAVE_CUDA else ["client/stream_ordered_calls_unavailable.cc"]
 PKG_CONFIG_PACKAGES = [
     "grpc++", "protobuf", "absl_any_invocable", "absl_status",
-    "absl_statusor", "absl_strings", "absl_synchronization", "absl_time",
+    "absl_statusor", "absl_str_format", "absl_strings",
+    "absl_synchronization", "absl_time",
 ]
 
 
@@ -163,13 +174,18 @@ def _native_extension():
               f"through the request ring.")
         return []
     import pybind11
+    cuda_include, cuda_link = [], []
+    if HAVE_CUDA:
+        lib = os.path.join(CUDA_HOME, "lib64")
+        cuda_include = [os.path.join(CUDA_HOME, "include")]
+        cuda_link = [f"-L{lib}", "-lcudart", f"-Wl,-rpath,{lib}"]
     return [Extension(
         "matmul_client._native",
         sources=NATIVE_SOURCES,
-        include_dirs=[ROOT, pybind11.get_include()],
+        include_dirs=[ROOT, pybind11.get_include()] + cuda_include,
         extra_compile_args=["-std=c++20", "-O2", "-g0",
                             "-fvisibility=hidden"] + _pkg_config("--cflags"),
-        extra_link_args=_pkg_config("--libs"),
+        extra_link_args=_pkg_config("--libs") + cuda_link,
         language="c++")]
 
 

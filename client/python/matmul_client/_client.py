@@ -5,11 +5,13 @@ import atexit
 import collections
 import os
 import threading
+import warnings
 import weakref
 
 import grpc
 
 from ._cuda_regions import _CudaRegions
+from ._errors import MatmulError
 from ._host_product import _HostProduct
 from ._host_regions import _HostRegions
 from ._in_flight import _InFlight
@@ -34,12 +36,22 @@ class _CudaProduct:
 
     def __init__(self, request, out, retired, retired_sink):
         self.request = request
-        self._out = out
+        self.out = out
         self._retired = retired
         self._retired_sink = retired_sink
 
+    def synchronize_inputs(self):
+        """Waits for the work that produces the inputs (the daemon reads
+        them when the request arrives, unless it is stream-ordered)."""
+        import torch
+        torch.cuda.synchronize(self.device)
+
+    @property
+    def device(self):
+        return self.out.device
+
     def finish(self, response):
-        return self._out
+        return self.out
 
     def release(self):
         retired, self._retired = self._retired, []
@@ -138,6 +150,8 @@ class Client(_Session, _HostRegions, _CudaRegions):
         self._retired = []
         self._retired_done = collections.deque()
         self._closed = False
+        # False once the driver turned stream-ordered products down.
+        self._stream_order_usable = True
         _live_clients.add(self)
 
     @property
@@ -150,7 +164,8 @@ class Client(_Session, _HostRegions, _CudaRegions):
     # -- products --
 
     def matmul(self, a, b, out=None, transpose_b=False, transpose_a=False,
-               alpha=1.0, beta=0.0, out_dtype=None, timeout=None):
+               alpha=1.0, beta=0.0, out_dtype=None, timeout=None,
+               stream=None):
         """out = alpha * op(a) @ op(b) + beta * out, op = transpose or not.
 
         a is [M, K] ([K, M] with transpose_a), b is [K, N] ([N, K] with
@@ -158,9 +173,22 @@ class Client(_Session, _HostRegions, _CudaRegions):
         dimension; any non-negative strides. BF16 inputs; the output is
         BF16 or FP32 (out_dtype, else out's dtype, else BF16). beta != 0
         needs out, whose values are read first. Returns out (a new tensor
-        when None: torch for torch inputs, else a HostTensor)."""
+        when None: torch for torch inputs, else a HostTensor).
+
+        CUDA tensors through the request ring are stream-ordered, as a
+        kernel launched on `stream` (default: the current stream) would be:
+        the product runs after the work queued there before the call, the
+        work queued after the call waits for it, and the call returns
+        without waiting for the GPU. An error the daemon finds then raises
+        at this client's next call or at synchronize(), and out is
+        undefined. Over gRPC the call waits for the product instead."""
+        self._in_flight.raise_failures(hidden_only=True)
         product = self._prepare(a, b, out, transpose_b, transpose_a, alpha,
                                 beta, out_dtype)
+        if isinstance(product, _CudaProduct) and self._stream_ordered() and \
+                self._queue_on_stream(product, timeout, stream, True):
+            return product.out
+        product.synchronize_inputs()
         try:
             response = self._products.call(
                 product.request, self.timeout if timeout is None else timeout)
@@ -183,6 +211,12 @@ class Client(_Session, _HostRegions, _CudaRegions):
         self._unregister_retired()
         product = self._prepare(a, b, out, transpose_b, transpose_a, alpha,
                                 beta, out_dtype)
+        if isinstance(product, _CudaProduct) and self._stream_ordered():
+            # After the work queued before it; what follows need not wait.
+            future = self._queue_on_stream(product, timeout, None, False)
+            if future is not None:
+                return future
+        product.synchronize_inputs()
         future = self._in_flight.start()
 
         def done(response, error):
@@ -207,9 +241,45 @@ class Client(_Session, _HostRegions, _CudaRegions):
             raise
         return future
 
+    def _stream_ordered(self):
+        """True while CUDA products go through the ring stream-ordered."""
+        return self._stream_order_usable and \
+            hasattr(self._products, "call_on_stream")
+
+    def _queue_on_stream(self, product, timeout, stream, signal_stream):
+        """Queues a CUDA product on `stream` (None: the current one) and
+        returns its future without waiting; None, for this and every later
+        product, where the driver cannot order it (the caller then takes
+        the synchronizing path)."""
+        import torch
+        if stream is None:
+            stream = torch.cuda.current_stream(product.device)
+        future = self._in_flight.start(hidden=signal_stream)
+
+        def done(_, error):
+            product.release()
+            self._in_flight.finish(future, product.out, error)
+
+        try:
+            self._products.call_on_stream(
+                product.request, stream,
+                self.timeout if timeout is None else timeout, signal_stream,
+                done)
+        except MatmulError as error:
+            self._in_flight.abandon(future)
+            if error.code != grpc.StatusCode.FAILED_PRECONDITION:
+                product.release()
+                raise
+            warnings.warn(f"stream-ordered products are unavailable "
+                          f"({error.message}); CUDA products synchronize "
+                          "the device instead", RuntimeWarning, stacklevel=3)
+            self._stream_order_usable = False
+            return None
+        return future
+
     def synchronize(self):
-        """Waits for every product of this client in flight (matmul_async),
-        then raises the first error among them, in the order they were
+        """Waits for every product of this client in flight (matmul_async,
+        stream-ordered matmul: until each is complete), then raises the first error among them, in the order they were
         sent, that was not raised yet (by a future's result() or an
         earlier synchronize()); the failures after it count as reported
         with it."""
@@ -258,9 +328,6 @@ class Client(_Session, _HostRegions, _CudaRegions):
                                    (out_op, request.c)):
                 field.CopyFrom(operand.tensor(*self._cuda_ref(operand)))
             retired, self._retired = self._retired, []
-        # The daemon reads the inputs when the request arrives: finish the
-        # work that produces them first.
-        torch.cuda.synchronize(a_op.value.device)
         return _CudaProduct(request, out, retired, self._retired_done)
 
     def _prepare_host(self, request, a_op, b_op, out, shape, dtype):
@@ -394,9 +461,10 @@ atexit.register(_close_live_clients)
 
 
 def matmul(a, b, out=None, transpose_b=False, transpose_a=False, alpha=1.0,
-           beta=0.0, out_dtype=None, target="unix:/run/matmul/matmul.sock"):
+           beta=0.0, out_dtype=None, target="unix:/run/matmul/matmul.sock",
+           stream=None):
     """alpha * op(a) @ op(b) + beta * out on the daemon at `target`; see
     Client.matmul. matmul(x, w, transpose_b=True) is x @ w.T (nn.Linear)."""
     return default_client(target).matmul(
         a, b, out=out, transpose_b=transpose_b, transpose_a=transpose_a,
-        alpha=alpha, beta=beta, out_dtype=out_dtype)
+        alpha=alpha, beta=beta, out_dtype=out_dtype, stream=stream)

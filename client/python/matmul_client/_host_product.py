@@ -23,6 +23,9 @@ class _HostProduct:
         self._out_bytes = out_bytes
         self._torch_result = torch_result
 
+    def synchronize_inputs(self):
+        """Nothing to wait for: host operands are in place already."""
+
     def finish(self, response):
         """out: the caller's, filled in, or a new tensor (torch for torch
         inputs, else a HostTensor)."""

@@ -10,10 +10,13 @@ class _ProductFuture(concurrent.futures.Future):
     reached the caller (through result() or exception()), so that
     synchronize() does not raise it again."""
 
-    def __init__(self, sequence):
+    def __init__(self, sequence, hidden):
         super().__init__()
         self._sequence = sequence
         self._error_raised = False
+        # Never handed to the caller (a stream-ordered matmul): its error
+        # raises at the client's next call.
+        self._hidden = hidden
 
     def result(self, timeout=None):
         try:
@@ -42,10 +45,10 @@ class _InFlight:
         self._pending = set()
         self._failed = []
 
-    def start(self):
+    def start(self, hidden=False):
         with self._lock:
             self._sequence += 1
-            future = _ProductFuture(self._sequence)
+            future = _ProductFuture(self._sequence, hidden)
             # Running from the start: the product cannot be taken back, so
             # cancel() says False.
             future.set_running_or_notify_cancel()
@@ -76,12 +79,19 @@ class _InFlight:
         concurrent.futures.wait(pending)
 
     def synchronize(self):
-        """wait(), then raises the first error (in the order the products
-        were sent) among the failures since the last synchronize() that
-        were not raised yet; later ones count as reported with it."""
+        """wait(), then raise_failures()."""
         self.wait()
+        self.raise_failures()
+
+    def raise_failures(self, hidden_only=False):
+        """Raises the first error (in the order the products were sent)
+        among the failures (only those of hidden futures, with
+        `hidden_only`) that were not raised yet; later ones count as
+        reported with it."""
         with self._lock:
-            failed, self._failed = self._failed, []
+            failed = [f for f in self._failed
+                      if f._hidden or not hidden_only]
+            self._failed = [f for f in self._failed if f not in failed]
         unraised = sorted((f for f in failed if not f._error_raised),
                           key=lambda f: f._sequence)
         if not unraised:

@@ -102,6 +102,16 @@ class _RingProducts:
         self._ring.call_async(request.SerializeToString(),
                               _ring_timeout(timeout), finished)
 
+    def call_on_stream(self, request, stream, timeout, signal_stream, done):
+        """Queues `request` on the CUDA stream `stream` (a
+        torch.cuda.Stream) and returns without waiting; done(None, None) or
+        done(None, MatmulError) runs once the daemon answered. Raises
+        MatmulError for what fails before sending (FAILED_PRECONDITION
+        without a usable CUDA driver)."""
+        self._ring.call_on_stream(request.SerializeToString(),
+                                  stream.cuda_stream, _ring_timeout(timeout),
+                                  signal_stream, done)
+
     def close(self):
         """Detaches the ring; products still in flight fail (CANCELLED)."""
         self._ring.close()

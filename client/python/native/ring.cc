@@ -43,15 +43,19 @@ Ring::~Ring() { Close(); }
 
 void Ring::Close() {
   WithoutGil([this] {
+    std::unique_ptr<StreamOrderedCalls> stream_calls;
     std::unique_ptr<RequestRing> ring;
     std::shared_ptr<Connection> connection;
     {
       absl::MutexLock lock(&mu_);
+      stream_calls = std::move(stream_calls_);
       ring = std::move(ring_);
       connection = std::move(connection_);
     }
     // Outside the lock: a callback that runs while the ring detaches may
-    // call into this Ring (and find it closed).
+    // call into this Ring (and find it closed). The stream calls first:
+    // they wait for their answers, which come through the ring.
+    stream_calls.reset();
     ring.reset();
     connection.reset();
   });
@@ -115,6 +119,43 @@ void Ring::CallAsync(const py::bytes& request, double timeout_s,
   if (closed) throw py::value_error("the request ring is closed");
 }
 
+void Ring::CallOnStream(const py::bytes& request, uintptr_t stream,
+                        double timeout_s, bool signal_stream,
+                        py::object callback) {
+  const v1::MatmulRequest parsed = ParseRequest(request);
+  PythonCallback done(callback);
+  absl::Status status;
+  bool closed = false;
+  {
+    py::gil_scoped_release release;
+    absl::MutexLock lock(&mu_);
+    if (ring_ == nullptr) {
+      closed = true;
+    } else {
+      if (stream_calls_ == nullptr) {
+        absl::StatusOr<std::unique_ptr<StreamOrderedCalls>> calls =
+            StreamOrderedCalls::Create(connection_->client(),
+                                       connection_->session(), *ring_);
+        status = calls.status();
+        if (calls.ok()) stream_calls_ = *std::move(calls);
+      }
+      if (status.ok()) {
+        status = stream_calls_->Matmul(
+            parsed, reinterpret_cast<StreamOrderedCalls::Stream>(stream),
+            absl::Seconds(timeout_s),
+            [done = std::move(done)](absl::Status answer) mutable {
+              py::gil_scoped_acquire acquire;
+              done.CallOnce(py::none(), answer.ok() ? py::object(py::none())
+                                                    : MatmulError(answer));
+            },
+            signal_stream);
+      }
+    }
+  }
+  if (closed) throw py::value_error("the request ring is closed");
+  if (!status.ok()) RaiseMatmulError(status);
+}
+
 void BindRing(py::module_& module) {
   py::class_<Ring>(module, "Ring",
                    "A request ring attached to a Connection's session "
@@ -148,7 +189,12 @@ void BindRing(py::module_& module) {
            "Sends the request; callback(response_bytes, None) or "
            "callback(None, MatmulError) runs later on the ring's completion "
            "thread, with the GIL.")
-      // call_on_stream (stream-ordered CUDA products) goes here.
+      .def("call_on_stream", &Ring::CallOnStream, py::arg("request"),
+           py::arg("stream"), py::arg("timeout"), py::arg("signal_stream"),
+           py::arg("callback"),
+           "Queues the request on the CUDA stream (a cudaStream_t as an int) "
+           "and returns without waiting; callback(None, None) or "
+           "callback(None, MatmulError) runs once the daemon answers.")
       .def("close", &Ring::Close,
            "Detaches the ring; products still in flight fail with CANCELLED.")
       .def_property_readonly("attached", &Ring::attached);

@@ -5,6 +5,7 @@
 #ifndef MATMUL_CLIENT_PYTHON_NATIVE_RING_H_
 #define MATMUL_CLIENT_PYTHON_NATIVE_RING_H_
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -13,6 +14,7 @@
 #include "absl/time/time.h"
 #include "client/python/native/connection.h"
 #include "client/request_ring.h"
+#include "client/stream_ordered_calls.h"
 #include "pybind11/pybind11.h"
 
 namespace matmul::python {
@@ -45,9 +47,16 @@ class Ring {
   void CallAsync(const pybind11::bytes& request, double timeout_s,
                  pybind11::object callback);
 
-  // Stream-ordered CUDA products (a call_on_stream binding taking the
-  // caller's cudaStream_t) belong here, next to Call, once the C++ client
-  // has its stream-ordered method.
+  // Queues one product on the caller's CUDA stream `stream` (a
+  // cudaStream_t as an integer) and returns without waiting for it
+  // (matmul::StreamOrderedCalls): the work queued on the stream after the
+  // call waits for the product, unless `signal_stream` is false.
+  // `callback` runs as for CallAsync once the daemon answers (the product
+  // is then complete). Raises MatmulError for what fails before the
+  // request is sent (FAILED_PRECONDITION without a usable CUDA driver).
+  void CallOnStream(const pybind11::bytes& request, uintptr_t stream,
+                    double timeout_s, bool signal_stream,
+                    pybind11::object callback);
 
   // Detaches the ring (calls still in flight get CANCELLED through their
   // callbacks) and lets go of the connection. Waits for synchronous calls
@@ -72,6 +81,8 @@ class Ring {
   // session.
   std::shared_ptr<Connection> connection_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<RequestRing> ring_ ABSL_GUARDED_BY(mu_);
+  // Made on the first CallOnStream; destroyed before the ring it uses.
+  std::unique_ptr<StreamOrderedCalls> stream_calls_ ABSL_GUARDED_BY(mu_);
 };
 
 // Adds the Ring class to the module.
