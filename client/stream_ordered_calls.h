@@ -54,11 +54,14 @@ class StreamOrderedCalls {
  public:
   using Stream = CUstream_st*;
 
-  // Up to `pairs` calls in flight at once. FAILED_PRECONDITION without a
-  // usable CUDA driver (or in a build without CUDA).
+  // Up to `pairs` calls in flight at once; a further call waits for one
+  // to be answered. That keeps a client's products from filling the
+  // daemon's queue (whose refusals would fail them) while still queueing
+  // enough to keep the GPU busy. FAILED_PRECONDITION without a usable CUDA
+  // driver (or in a build without CUDA).
   static absl::StatusOr<std::unique_ptr<StreamOrderedCalls>> Create(
       Client& client, const Session& session, RequestRing& ring,
-      int pairs = 256);
+      int pairs = 16);
 
   // Waits until every call in flight has been answered (each within its
   // timeout), then unregisters the words.
