@@ -72,11 +72,11 @@ void PrintTable(const std::vector<ShapeResult>& results,
   const int products = results.empty() ? 0 : results.front().products;
   std::printf(
       "\nstream-order-bench on %s: %d products back to back on one stream "
-      "(no synchronize between them), NT BF16, %d repetitions; TFLOP/s "
-      "median (min..max) from CUDA events on the stream. cuBLASLt: the "
+      "(no synchronize between\nthem), NT BF16, %d repetitions; TFLOP/s "
+      "median (min..max) from CUDA events on the stream.\ncuBLASLt: the "
       "fastest of its heuristic top-k, in this process on the same "
-      "operands. ratio: median over median (each repetition's pair "
-      "min..max).\n",
+      "operands.\nratio: daemon median over cuBLASLt median (min..max of "
+      "each repetition's pair).\n",
       device.c_str(), products, repetitions);
   std::printf("%-16s %-20s %10s %-20s %-20s %-8s %-4s %s\n", "shape",
               "daemon TFLOP/s", "products/s", "cuBLASLt TFLOP/s", "ratio",
@@ -87,8 +87,10 @@ void PrintTable(const std::vector<ShapeResult>& results,
     const Spread pairs = SpreadOf(PairRatios(result));
     const std::optional<double> ratio = Ratio(result);
     const std::optional<double> target = TargetRatio(result.shape);
-    const double products_per_second =
-        daemon.median > 0 ? daemon.median * 1e12 / result.flops : 0;
+    const std::string products_per_second =
+        daemon.median > 0
+            ? absl::StrFormat("%.0f", daemon.median * 1e12 / result.flops)
+            : "-";
     const std::string ratio_cell =
         ratio
             ? absl::StrFormat("%.3f (%.3f..%.3f)", *ratio, pairs.min, pairs.max)
@@ -100,13 +102,15 @@ void PrintTable(const std::vector<ShapeResult>& results,
                                                 : "no";
     const std::string check =
         result.check_error ? absl::StrFormat("%.1e", *result.check_error) : "-";
-    std::printf("%-16s %-20s %10.0f %-20s %-20s %-8s %-4s %s\n",
+    std::printf("%-16s %-20s %10s %-20s %-20s %-8s %-4s %s\n",
                 result.shape.c_str(), SpreadCell(daemon).c_str(),
-                products_per_second, SpreadCell(lt).c_str(), ratio_cell.c_str(),
-                target_cell.c_str(), met.c_str(), check.c_str());
+                products_per_second.c_str(), SpreadCell(lt).c_str(),
+                ratio_cell.c_str(), target_cell.c_str(), met.c_str(),
+                check.c_str());
   }
   std::printf("\nKernels:\n");
   for (const ShapeResult& result : results) {
+    if (result.cublaslt_candidates == 0) continue;  // failed before cuBLASLt
     std::printf(
         "%-16s daemon: %s (%.1f us in a plain product); cuBLASLt: "
         "algo %d, candidate %d of %d\n",
@@ -145,6 +149,8 @@ nlohmann::json ToJson(const std::vector<ShapeResult>& results,
     entry["flops"] = result.flops;
     entry["products"] = result.products;
     entry["daemon"] = side(result.daemon_seconds);
+    entry["daemon"]["median_products_per_second"] =
+        entry["daemon"]["median_tflops"].get<double>() * 1e12 / result.flops;
     entry["daemon"]["kernel"] = result.daemon_kernel;
     entry["daemon"]["plain_kernel_seconds"] = result.daemon_kernel_seconds;
     entry["cublaslt"] = side(result.cublaslt_seconds);
