@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issue 21's stream-ordered target on the GPU machine: stream-order-bench
-# (client/bench) against a CUDA daemon started from bundle/, one daemon per
-# variant: 100 stream-ordered products back to back on one CUDA stream, no
-# synchronize between them, against cuBLASLt doing the same in the same
-# process on the same operands, on the seed's four NT shapes; TFLOP/s
-# median (min..max) over the repetitions, the ratio and the target.
+# (tests/stream_order_bench) against a CUDA daemon started from bundle/,
+# one daemon per variant: 100 stream-ordered products back to back on one
+# CUDA stream, no synchronize between them, against cuBLASLt doing the
+# same in the same process on the same operands, on the seed's four NT
+# shapes; TFLOP/s median (min..max) over the repetitions, the ratio and
+# the target.
 #
 # Runs alone after tests/gpu/bundle.sh built bundle/ here:
 #   run(command="bash tests/gpu/service/stream_order_bench.sh", carry=["bundle"])

@@ -1,8 +1,8 @@
 // stream-order-bench's results per shape and their report: a table on
 // stdout (TFLOP/s of the daemon's stream-ordered products and of cuBLASLt
 // in this process, their ratio against issue 21's target) and JSON.
-#ifndef MATMUL_CLIENT_BENCH_STREAM_ORDER_REPORT_H_
-#define MATMUL_CLIENT_BENCH_STREAM_ORDER_REPORT_H_
+#ifndef MATMUL_TESTS_STREAM_ORDER_BENCH_STREAM_ORDER_REPORT_H_
+#define MATMUL_TESTS_STREAM_ORDER_BENCH_STREAM_ORDER_REPORT_H_
 
 #include <cstdint>
 #include <optional>
@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "nlohmann/json.hpp"
 
-namespace matmul::bench {
+namespace matmul::stream_order_bench {
 
 struct ShapeResult {
   std::string shape;  // "MxNxK"
@@ -45,6 +45,6 @@ void PrintTable(const std::vector<ShapeResult>& results,
 nlohmann::json ToJson(const std::vector<ShapeResult>& results,
                       const std::string& device, int repetitions);
 
-}  // namespace matmul::bench
+}  // namespace matmul::stream_order_bench
 
-#endif  // MATMUL_CLIENT_BENCH_STREAM_ORDER_REPORT_H_
+#endif  // MATMUL_TESTS_STREAM_ORDER_BENCH_STREAM_ORDER_REPORT_H_

@@ -1,4 +1,4 @@
-#include "client/bench/stream_order_report.h"
+#include "tests/stream_order_bench/stream_order_report.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_format.h"
 
-namespace matmul::bench {
+namespace matmul::stream_order_bench {
 namespace {
 
 struct Spread {
@@ -174,4 +174,4 @@ nlohmann::json ToJson(const std::vector<ShapeResult>& results,
   return out;
 }
 
-}  // namespace matmul::bench
+}  // namespace matmul::stream_order_bench

@@ -3,8 +3,8 @@
 // heuristic top-k (32 MiB of workspace on sm_90 and later) is timed back to
 // back with CUDA events, as matmul-bench times them, and the fastest is the
 // one the benchmark then runs.
-#ifndef MATMUL_CLIENT_BENCH_CUBLASLT_BASELINE_H_
-#define MATMUL_CLIENT_BENCH_CUBLASLT_BASELINE_H_
+#ifndef MATMUL_TESTS_STREAM_ORDER_BENCH_CUBLASLT_BASELINE_H_
+#define MATMUL_TESTS_STREAM_ORDER_BENCH_CUBLASLT_BASELINE_H_
 
 #include <cuda_runtime_api.h>
 
@@ -16,7 +16,7 @@
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/cuda_resources.h"
 
-namespace matmul::bench {
+namespace matmul::stream_order_bench {
 
 class CublasLtBaseline {
  public:
@@ -48,6 +48,6 @@ class CublasLtBaseline {
   int algo_index_ = 0;
 };
 
-}  // namespace matmul::bench
+}  // namespace matmul::stream_order_bench
 
-#endif  // MATMUL_CLIENT_BENCH_CUBLASLT_BASELINE_H_
+#endif  // MATMUL_TESTS_STREAM_ORDER_BENCH_CUBLASLT_BASELINE_H_

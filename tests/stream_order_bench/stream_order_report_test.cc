@@ -1,10 +1,10 @@
 // stream-order-bench's report without a GPU: the targets it holds each
 // shape to, and the figures its JSON derives from the bursts' times.
-#include "client/bench/stream_order_report.h"
+#include "tests/stream_order_bench/stream_order_report.h"
 
 #include "gtest/gtest.h"
 
-namespace matmul::bench {
+namespace matmul::stream_order_bench {
 namespace {
 
 TEST(StreamOrderReportTest, TargetsAreTheIssues) {
@@ -73,4 +73,4 @@ TEST(StreamOrderReportTest, AFailedShapeHasNoRatioAndSaysWhy) {
 }
 
 }  // namespace
-}  // namespace matmul::bench
+}  // namespace matmul::stream_order_bench

@@ -1,4 +1,4 @@
-#include "client/bench/stream_ordered_products.h"
+#include "tests/stream_order_bench/stream_ordered_products.h"
 
 #include <algorithm>
 #include <utility>
@@ -8,7 +8,7 @@
 #include "common/request_ring_layout.h"
 #include "common/status_macros.h"
 
-namespace matmul::bench {
+namespace matmul::stream_order_bench {
 namespace {
 
 void SetBf16Region(v1::Tensor* tensor, int64_t rows, int64_t cols,
@@ -126,4 +126,4 @@ absl::StatusOr<v1::MatmulResponse> StreamOrderedProducts::RunPlain() {
   return connection_.ring().Matmul(request_, connection_.options().timeout);
 }
 
-}  // namespace matmul::bench
+}  // namespace matmul::stream_order_bench

@@ -14,8 +14,8 @@
 //   for (...) RETURN_IF_ERROR(products->Queue(stream));
 //   cudaStreamSynchronize(stream);
 //   RETURN_IF_ERROR(products->WaitForAnswers(timeout));
-#ifndef MATMUL_CLIENT_BENCH_STREAM_ORDERED_PRODUCTS_H_
-#define MATMUL_CLIENT_BENCH_STREAM_ORDERED_PRODUCTS_H_
+#ifndef MATMUL_TESTS_STREAM_ORDER_BENCH_STREAM_ORDERED_PRODUCTS_H_
+#define MATMUL_TESTS_STREAM_ORDER_BENCH_STREAM_ORDERED_PRODUCTS_H_
 
 #include <cuda_runtime_api.h>
 
@@ -36,7 +36,7 @@
 #include "client/stream_ordered_calls.h"
 #include "matmul/v1/matmul.pb.h"
 
-namespace matmul::bench {
+namespace matmul::stream_order_bench {
 
 struct DaemonConnectionOptions {
   // Products in flight at once: the ring's slots and the stream-order word
@@ -120,6 +120,6 @@ class StreamOrderedProducts {
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace matmul::bench
+}  // namespace matmul::stream_order_bench
 
-#endif  // MATMUL_CLIENT_BENCH_STREAM_ORDERED_PRODUCTS_H_
+#endif  // MATMUL_TESTS_STREAM_ORDER_BENCH_STREAM_ORDERED_PRODUCTS_H_

@@ -1,4 +1,4 @@
-#include "client/bench/cublaslt_baseline.h"
+#include "tests/stream_order_bench/cublaslt_baseline.h"
 
 #include <algorithm>
 #include <limits>
@@ -9,7 +9,7 @@
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_status.h"
 
-namespace matmul::bench {
+namespace matmul::stream_order_bench {
 namespace {
 
 // Each candidate: one untimed run, then this many trials of this many runs
@@ -80,4 +80,4 @@ absl::Status CublasLtBaseline::Queue(cudaStream_t stream) const {
                     workspace_.size());
 }
 
-}  // namespace matmul::bench
+}  // namespace matmul::stream_order_bench

@@ -21,9 +21,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/bench/cublaslt_baseline.h"
-#include "client/bench/stream_order_report.h"
-#include "client/bench/stream_ordered_products.h"
 #include "client/cuda_memory.h"
 #include "common/bf16.h"
 #include "common/flags_help.h"
@@ -33,6 +30,9 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/device_ops.h"
 #include "kernels/cuda/tools/bench_common.h"
+#include "tests/stream_order_bench/cublaslt_baseline.h"
+#include "tests/stream_order_bench/stream_order_report.h"
+#include "tests/stream_order_bench/stream_ordered_products.h"
 
 ABSL_FLAG(std::string, target, "unix:/run/matmul/matmul.sock",
           "The CUDA daemon, on this host: unix:PATH.");
@@ -60,7 +60,7 @@ ABSL_FLAG(std::string, shm_prefix, "matmul", "The daemon's --shm_prefix.");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of the random operands.");
 ABSL_FLAG(std::string, json, "", "Also write every result as JSON here.");
 
-namespace matmul::bench {
+namespace matmul::stream_order_bench {
 namespace {
 
 constexpr double kMaxCheckError = 1e-2;
@@ -283,7 +283,7 @@ absl::StatusOr<int> Main() {
 }
 
 }  // namespace
-}  // namespace matmul::bench
+}  // namespace matmul::stream_order_bench
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
       "  stream-order-bench --target=unix:/tmp/m.sock --json=so.json");
   matmul::HelpListsFlagsFrom("stream_order_bench.cc");
   absl::ParseCommandLine(argc, argv);
-  absl::StatusOr<int> exit_code = matmul::bench::Main();
+  absl::StatusOr<int> exit_code = matmul::stream_order_bench::Main();
   if (!exit_code.ok()) {
     std::fprintf(stderr, "stream-order-bench: %s\n",
                  exit_code.status().ToString().c_str());
