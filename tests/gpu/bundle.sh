@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds everything here and packs what the GPU machine needs into
 # bundle/payload.tar.xz (plus bundle/COMMIT and bundle/MANIFEST): every test
-# binary, matmul-bench, matmul-tune, matmul-server, matmul-cli, mma_bench
-# (when built), and the shared libraries they need that the GPU machine
-# lacks (abseil, gRPC, protobuf, prometheus-cpp, OpenBLAS, gfortran,
-# libmatmul_cuda, ...) under lib/. glibc, libstdc++/libgcc_s (newer
-# there) and the CUDA libraries (CUDA 13.0 is installed there) are left
-# out. tests/gpu/run.sh unpacks it.
+# binary, matmul-bench, matmul-tune, matmul-server, matmul-cli,
+# stream-order-bench, mma_bench (when built), and the shared libraries they
+# need that the GPU machine lacks (abseil, gRPC, protobuf, prometheus-cpp,
+# OpenBLAS, gfortran, libmatmul_cuda, ...) under lib/. glibc,
+# libstdc++/libgcc_s (newer there) and the CUDA libraries (CUDA 13.0 is
+# installed there) are left out. tests/gpu/run.sh unpacks it.
 #
 # Usage: bash tests/gpu/bundle.sh   (then, from the repo root:
 #   run(command="bash tests/gpu/run.sh", carry=["bundle"]))
@@ -42,7 +42,8 @@ mapfile -t binaries < <(
   find "$build" -type f -perm -u+x \
     \( -name '*_test' -o -name 'matmul-bench' -o -name 'matmul-tune' \
        -o -name 'matmul-server' -o -name 'matmul-cli' -o -name 'mma_bench' -o -name 'cublaslt-survey' \
-       -o -name 'matmul-soak' -o -name 'soak_holder' -o -name 'transport_probe' \) \
+       -o -name 'matmul-soak' -o -name 'soak_holder' -o -name 'transport_probe' \
+       -o -name 'stream-order-bench' \) \
     -not -path '*/CMakeFiles/*' | sort)
 if [ ${#binaries[@]} -eq 0 ]; then
   echo "bundle.sh: nothing was built" >&2

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Issue 21's stream-ordered target on the GPU machine: stream-order-bench
+# (tests/stream_order_bench) against a CUDA daemon started from bundle/,
+# one daemon per variant: 100 stream-ordered products back to back on one
+# CUDA stream, no synchronize between them, against cuBLASLt doing the
+# same in the same process on the same operands, on the seed's four NT
+# shapes; TFLOP/s median (min..max) over the repetitions, the ratio and
+# the target.
+#
+# Runs alone after tests/gpu/bundle.sh built bundle/ here:
+#   run(command="bash tests/gpu/service/stream_order_bench.sh", carry=["bundle"])
+# Results go to $OUT/stream_order/: VARIANT.txt (the table) and VARIANT.json
+# per variant, and with TUNE=1 tuning.json and standalone.txt.
+#
+# Env:
+#   VARIANTS     daemon settings to run, in order (default "default polling"):
+#                  default  the daemon's defaults
+#                  polling  workers and the ring's poller poll for 1 ms before
+#                           they sleep (--worker_spin_us=1000
+#                           --ring_poll_spin_us=1000), and so does the
+#                           client's completion thread (--ring_spin_us=1000)
+#   TUNE         1 (default): matmul-bench first times every kernel for the
+#                shapes and stores its picks in the tuning cache the daemons
+#                start on, so they run the measured kernels from the first
+#                product instead of tuning in the background during the
+#                warm-up; 0 skips it.
+#   SHAPES       comma-separated MxNxK (default: the seed's four shapes)
+#   PRODUCTS     products per burst (100); REPETITIONS (5); WARMUP_S (2)
+#   DAEMON_FLAGS extra matmul-server flags for every daemon
+#   BENCH_ARGS   extra stream-order-bench flags
+#   SERVER       the matmul-server binary (bundle/matmul-server)
+set -euo pipefail
+
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+
+cd "$(dirname "$0")/../../.."
+OUT=${OUT:-$PWD/gpu-out}
+res=$OUT/stream_order
+mkdir -p "$res"
+export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
+  tar -xJf bundle/payload.tar.xz -C bundle
+  touch bundle/.unpacked
+fi
+for binary in stream-order-bench matmul-server; do
+  if [ ! -x "bundle/$binary" ]; then
+    echo "stream_order_bench: bundle/$binary missing (run tests/gpu/bundle.sh)" >&2
+    exit 1
+  fi
+done
+
+VARIANTS=${VARIANTS:-default polling}
+SHAPES=${SHAPES:-5120x11008x2048,5120x2048x11008,5120x2048x2048,5120x512x2048}
+source tests/gpu/cuda_daemon.sh
+
+echo "commit: $(head -1 bundle/COMMIT 2>/dev/null || true)"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw \
+  --format=csv || true
+
+cache=$res/tuning.json
+if [ "${TUNE:-1}" = 1 ]; then
+  if [ ! -x bundle/matmul-bench ]; then
+    echo "stream_order_bench: bundle/matmul-bench missing; TUNE=0 skips it" >&2
+    exit 1
+  fi
+  echo "== matmul-bench: tuning $SHAPES into $cache"
+  bundle/matmul-bench --shapes="$SHAPES" --layouts=NT --repeat=1 \
+    --tuning_cache="$cache" >"$res/standalone.txt"
+  cat "$res/standalone.txt"
+fi
+
+# The daemon of the variant running now; stopped on any exit.
+server=
+# shellcheck disable=SC2317  # called by the trap
+stop_daemon_on_exit() {
+  if [ -n "$server" ] && kill -0 "$server" 2>/dev/null; then
+    kill -TERM "$server"
+    wait "$server" || true
+  fi
+}
+trap stop_daemon_on_exit EXIT
+
+rc=0
+for variant in $VARIANTS; do
+  case $variant in
+    default)
+      daemon_flags=()
+      bench_flags=() ;;
+    polling)
+      daemon_flags=(--worker_spin_us=1000 --ring_poll_spin_us=1000)
+      bench_flags=(--ring_spin_us=1000) ;;
+    *)
+      echo "stream_order_bench: unknown variant $variant" >&2
+      exit 2 ;;
+  esac
+  echo "== $variant: matmul-server ${daemon_flags[*]} ${DAEMON_FLAGS:-}"
+  dir=$(mktemp -d)
+  # shellcheck disable=SC2086
+  start_cuda_daemon --metrics_listen= --tuning_cache="$cache" \
+    "${daemon_flags[@]}" ${DAEMON_FLAGS:-}
+  if [ ! -S "$dir/matmul.sock" ]; then
+    echo "stream_order_bench: the daemon did not open $sock" >&2
+    tail -20 "$dir/server.log" >&2
+    exit 1
+  fi
+  # shellcheck disable=SC2086
+  if ! bundle/stream-order-bench --target="$sock" --shapes="$SHAPES" \
+    --products="${PRODUCTS:-100}" --repetitions="${REPETITIONS:-5}" \
+    --warmup_s="${WARMUP_S:-2}" --json="$res/$variant.json" \
+    "${bench_flags[@]}" ${BENCH_ARGS:-} >"$res/$variant.txt"; then
+    rc=1
+  fi
+  cat "$res/$variant.txt"
+  stop_cuda_daemon 5 || rc=1
+  server=
+done
+echo "stream_order_bench: rc=$rc"
+exit $rc
