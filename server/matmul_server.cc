@@ -171,6 +171,9 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
       static_cast<int>(options.limits.max_message_bytes));
   builder.SetMaxSendMessageSize(
       static_cast<int>(options.limits.max_message_bytes));
+  // Connections from the unix listeners take the server's arguments too
+  // (AddInsecureChannelFromFd).
+  ApplyGrpcTransportArgs(options.grpc_transport, builder);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {
