@@ -11,6 +11,7 @@
 #include "server/refused_reactor.h"
 #include "server/regions/cuda_region_opener.h"
 #include "server/transport/grpc_call_control.h"
+#include "server/transport/response_bytes.h"
 #include "server/transport/peer_identity.h"
 
 namespace matmul {
@@ -210,10 +211,8 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
              reactor->Finish(ToGrpcStatus(status));
              return;
            }
-           bool own_buffer = false;
-           reactor->Finish(
-               grpc::SerializationTraits<v1::MatmulResponse>::Serialize(
-                   call->response, response_bytes, &own_buffer));
+           *response_bytes = SerializeMatmulResponse(call->response);
+           reactor->Finish(grpc::Status::OK);
          });
   return reactor;
 }

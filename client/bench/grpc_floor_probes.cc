@@ -184,6 +184,9 @@ absl::StatusOr<ThroughputStats> MatmulThroughput(
   }
   ThroughputStats stats = SummarizeThroughput(seconds, bytes_in, bytes_out);
   stats.median_kernel_seconds = Median(std::move(kernel));
+  stats.gb_per_second_without_kernel =
+      static_cast<double>(bytes_in + bytes_out) /
+      (stats.median_seconds - stats.median_kernel_seconds) / 1e9;
   return stats;
 }
 

@@ -38,8 +38,11 @@ struct ThroughputStats {
   double best_seconds = 0;
   // (bytes_in + bytes_out) / median_seconds / 1e9.
   double gb_per_second = 0;
-  // Matmul only: the median kernel time the responses report.
+  // Matmul only: the median kernel time the responses report, and the
+  // throughput over the median time less that (where the kernel is not
+  // negligible, as on a CPU backend).
   double median_kernel_seconds = 0;
+  double gb_per_second_without_kernel = 0;
 };
 
 struct MatmulLatency {
