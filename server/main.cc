@@ -134,6 +134,11 @@ ABSL_FLAG(int64_t, test_only_gpu_memory_headroom_bytes, 0,
           "TEST ONLY, never in production: at start-up take all but this "
           "many bytes of the GPU's free memory, so that a larger product "
           "fails in cudaMalloc (RESOURCE_EXHAUSTED). 0: off.");
+ABSL_FLAG(double, caller_thread_max_mflop, 64,
+          "Unary calls run products of up to this many MFLOP (2*M*N*K/1e6) "
+          "on their own gRPC thread when a worker is idle and nothing is "
+          "queued, instead of handing them to a worker and back. 0: always "
+          "hand off.");
 ABSL_FLAG(std::string, grpc_args, "",
           "gRPC transport settings, name=value,...: flow_control_window "
           "(the initial HTTP/2 stream window), max_frame_size, bdp_probe "
@@ -324,6 +329,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.grpc_transport = *std::move(grpc_args);
+  options.caller_thread_max_flops =
+      absl::GetFlag(FLAGS_caller_thread_max_mflop) * 1e6;
   options.on_device_lost = [](const absl::Status& status) {
     std::fprintf(stderr, "matmul-server: %s\n", status.ToString().c_str());
     kill(getpid(), SIGUSR2);

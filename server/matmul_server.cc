@@ -145,7 +145,8 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   server->service_ = std::make_unique<MatmulServiceImpl>(
       server->lanes_, *server->metrics_, *server->registry_, options.limits,
       max_concurrent, options.max_in_flight_per_client, options.shm_prefix,
-      options.allow_other_shm_owners, options.rings);
+      options.allow_other_shm_owners, options.rings,
+      options.caller_thread_max_flops);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

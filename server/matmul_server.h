@@ -54,6 +54,10 @@ struct ServerOptions {
   // where the operator vouches for every local user.
   bool allow_other_shm_owners = false;
   RingOptions rings;
+  // Unary calls run products up to this many FLOPs on their own gRPC
+  // thread when a worker is idle and nothing is queued (no hand-off to a
+  // worker); 0 always hands off.
+  double caller_thread_max_flops = 64e6;
   // HTTP/2 and buffer settings of every connection (--grpc_args).
   GrpcTransportArgs grpc_transport;
   // Runs (on a worker thread) once a lane's device is lost (see

@@ -11,8 +11,8 @@
 #include "server/refused_reactor.h"
 #include "server/regions/cuda_region_opener.h"
 #include "server/transport/grpc_call_control.h"
-#include "server/transport/response_bytes.h"
 #include "server/transport/peer_identity.h"
+#include "server/transport/response_bytes.h"
 
 namespace matmul {
 
@@ -26,7 +26,7 @@ MatmulServiceImpl::MatmulServiceImpl(
     RegionRegistry& registry, const ValidationLimits& limits,
     int max_concurrent_requests, int max_in_flight_per_client,
     std::string shm_prefix, bool allow_other_shm_owners,
-    const RingOptions& rings)
+    const RingOptions& rings, double caller_thread_max_flops)
     : lanes_(lanes),
       metrics_(metrics),
       registry_(registry),
@@ -35,7 +35,8 @@ MatmulServiceImpl::MatmulServiceImpl(
       client_quota_(max_in_flight_per_client),
       shm_prefix_(std::move(shm_prefix)),
       allow_other_shm_owners_(allow_other_shm_owners),
-      ring_options_(rings) {}
+      ring_options_(rings),
+      caller_thread_max_flops_(caller_thread_max_flops) {}
 
 absl::StatusOr<DeviceLane*> MatmulServiceImpl::LaneFor(
     const BoundOperands& operands) {
@@ -164,9 +165,15 @@ void MatmulServiceImpl::Submit(CallControl control,
   product->plan = *std::move(plan);
   product->request = request;
   product->response = response;
+  const bool may_run_here =
+      control.may_run_on_caller &&
+      product->operands->problem().flops() <= caller_thread_max_flops_;
   product->control = std::move(control);
   product->accepted = accepted;
   product->finish = std::move(finish);
+  // A small product a worker would run alone at once runs here instead,
+  // without the hand-off to the worker and back.
+  if (may_run_here && (*lane)->executor->TryRunHere(product)) return;
   const int max_batch =
       (*lane)->backend->MaxUsefulBatch(product->operands->problem());
   // Products the backend runs alone queue apart: a key's first product sets
@@ -204,7 +211,9 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
     return reactor;
   }
   Call* raw = call.get();
-  Submit(GrpcCallControl(context), &raw->request, &raw->response,
+  CallControl control = GrpcCallControl(context);
+  control.may_run_on_caller = true;
+  Submit(std::move(control), &raw->request, &raw->response,
          [reactor, response_bytes,
           call = std::move(call)](absl::Status status) mutable {
            if (!status.ok()) {

@@ -51,7 +51,7 @@ class MatmulServiceImpl final : public MatmulCallbackService,
                     RegionRegistry& registry, const ValidationLimits& limits,
                     int max_concurrent_requests, int max_in_flight_per_client,
                     std::string shm_prefix, bool allow_other_shm_owners,
-                    const RingOptions& rings);
+                    const RingOptions& rings, double caller_thread_max_flops);
 
   grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
                                    const grpc::ByteBuffer* request_bytes,
@@ -116,6 +116,8 @@ class MatmulServiceImpl final : public MatmulCallbackService,
   const std::string shm_prefix_;
   const bool allow_other_shm_owners_;
   const RingOptions ring_options_;
+  // Products up to this size may run on a unary call's own thread.
+  const double caller_thread_max_flops_;
 
   absl::Mutex sessions_mu_;
   absl::flat_hash_set<SessionReactor*> sessions_ ABSL_GUARDED_BY(sessions_mu_);

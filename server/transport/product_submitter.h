@@ -30,6 +30,12 @@ struct CallControl {
   std::optional<PeerCredentials> caller;
   // Whose share of the in-flight quota the request takes (ClientKey).
   std::string client_key;
+  // The transport's thread may run a small product itself when a worker
+  // would have run it alone at once (Executor::TryRunHere): set by unary
+  // calls, whose thread has nothing else to do for the call until it
+  // answers; left off where the thread feeds further requests (streams,
+  // rings).
+  bool may_run_on_caller = false;
 };
 
 class ProductSubmitter {
