@@ -293,6 +293,7 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(MatmulLatency small_latency,
                      MatmulOverhead(channel, small.request, options));
     report["daemon"][small_name] = ToJson(small_latency);
+    report["small_product"] = small_name;
     compare_latency(small_name, small_latency);
 
     if (large) {
@@ -314,6 +315,7 @@ absl::Status Run() {
           EchoApiName(apis.front()),
           through.gb_per_second_without_kernel / floor_echo.gb_per_second);
       report["daemon"][name] = ToJson(through);
+      report["large_product"] = name;
       comparison[name] = {
           {"gb_per_second", through.gb_per_second},
           {"floor_gb_per_second", floor_echo.gb_per_second},

@@ -42,7 +42,8 @@ mapfile -t binaries < <(
   find "$build" -type f -perm -u+x \
     \( -name '*_test' -o -name 'matmul-bench' -o -name 'matmul-tune' \
        -o -name 'matmul-server' -o -name 'matmul-cli' -o -name 'mma_bench' -o -name 'cublaslt-survey' \
-       -o -name 'matmul-soak' -o -name 'soak_holder' -o -name 'transport_probe' \) \
+       -o -name 'matmul-soak' -o -name 'soak_holder' -o -name 'transport_probe' \
+       -o -name 'grpc-floor' \) \
     -not -path '*/CMakeFiles/*' | sort)
 if [ ${#binaries[@]} -eq 0 ]; then
   echo "bundle.sh: nothing was built" >&2
