@@ -146,7 +146,7 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
       server->lanes_, *server->metrics_, *server->registry_, options.limits,
       max_concurrent, options.max_in_flight_per_client, options.shm_prefix,
       options.allow_other_shm_owners, options.rings,
-      options.caller_thread_max_flops);
+      options.caller_thread_max_flops, options.unary_api);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "kernels/gemm_batch.h"
 #include "server/matmul_stream_reactor.h"
@@ -26,7 +27,8 @@ MatmulServiceImpl::MatmulServiceImpl(
     RegionRegistry& registry, const ValidationLimits& limits,
     int max_concurrent_requests, int max_in_flight_per_client,
     std::string shm_prefix, bool allow_other_shm_owners,
-    const RingOptions& rings, double caller_thread_max_flops)
+    const RingOptions& rings, double caller_thread_max_flops,
+    UnaryApi unary_api)
     : lanes_(lanes),
       metrics_(metrics),
       registry_(registry),
@@ -36,7 +38,19 @@ MatmulServiceImpl::MatmulServiceImpl(
       shm_prefix_(std::move(shm_prefix)),
       allow_other_shm_owners_(allow_other_shm_owners),
       ring_options_(rings),
-      caller_thread_max_flops_(caller_thread_max_flops) {}
+      caller_thread_max_flops_(caller_thread_max_flops) {
+  if (unary_api == UnaryApi::kCallback) {
+    // gRPC owns method handlers by raw pointer (as generated code does).
+    MarkMethodRawCallback(
+        0, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer,
+                                                    grpc::ByteBuffer>(
+               [this](grpc::CallbackServerContext* context,
+                      const grpc::ByteBuffer* request,
+                      grpc::ByteBuffer* response) {
+                 return MatmulCallback(context, request, response);
+               }));
+  }
+}
 
 absl::StatusOr<DeviceLane*> MatmulServiceImpl::LaneFor(
     const BoundOperands& operands) {
@@ -187,7 +201,25 @@ void MatmulServiceImpl::Submit(CallControl control,
   }
 }
 
-grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
+grpc::Status MatmulServiceImpl::Matmul(grpc::ServerContext* context,
+                                       const v1::MatmulRequest* request,
+                                       v1::MatmulResponse* response) {
+  CallControl control = GrpcCallControl(context);
+  control.may_run_on_caller = true;
+  // This thread waits for the answer anyway: a small product runs on it
+  // (done then runs before Submit returns), a larger one on a worker.
+  absl::Notification answered;
+  absl::Status answer;
+  Submit(std::move(control), request, response,
+         [&answered, &answer](absl::Status status) {
+           answer = std::move(status);
+           answered.Notify();
+         });
+  answered.WaitForNotification();
+  return ToGrpcStatus(answer);
+}
+
+grpc::ServerUnaryReactor* MatmulServiceImpl::MatmulCallback(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -211,9 +243,9 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
     return reactor;
   }
   Call* raw = call.get();
-  CallControl control = GrpcCallControl(context);
-  control.may_run_on_caller = true;
-  Submit(std::move(control), &raw->request, &raw->response,
+  // A callback thread serves other calls' I/O too: it hands every product
+  // to a worker rather than block on one.
+  Submit(GrpcCallControl(context), &raw->request, &raw->response,
          [reactor, response_bytes,
           call = std::move(call)](absl::Status status) mutable {
            if (!status.ok()) {

@@ -32,9 +32,10 @@ struct CallControl {
   std::string client_key;
   // The transport's thread may run a small product itself when a worker
   // would have run it alone at once (Executor::TryRunHere): set by unary
-  // calls, whose thread has nothing else to do for the call until it
-  // answers; left off where the thread feeds further requests (streams,
-  // rings).
+  // calls on gRPC's synchronous API, whose thread serves that call alone
+  // and waits for its answer anyway; left off where the thread serves
+  // other calls or feeds further requests (the callback API, streams,
+  // rings), which a product holding it would stall.
   bool may_run_on_caller = false;
 };
 
