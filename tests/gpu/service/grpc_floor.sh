@@ -5,10 +5,11 @@
 # API; a unary echo of 5120x11008x2048 BF16 sizes in GB/s) and the daemon's
 # unary Matmul (1x1x1 inline and 256x256x256 NT in cuda_ipc regions, end to
 # end minus kernel; 5120x11008x2048 NT inline payload GB/s). It runs once
-# per transport setting in CONFIGS, each REPEATS times for the spread, with
-# the same settings on the daemon (--grpc_args) and on grpc-floor's servers
-# and channels; a setting may also set glibc's malloc tunables for both
-# processes. Prints a table of medians (min-max) per setting and writes
+# per setting in CONFIGS, each REPEATS times for the spread, with the same
+# transport settings on the daemon (--grpc_args) and on grpc-floor's
+# servers and channels; a setting may also set glibc's malloc tunables for
+# both processes, and daemon flags of its own (the unary API, polling
+# workers). Prints a table of medians (min-max) per setting and writes
 # every run's JSON and the table (summary.txt, summary.json) to
 # $OUT/grpc_floor/.
 #
@@ -36,7 +37,7 @@ export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:
 FLOOR=${FLOOR:-bundle/grpc-floor}
 REPEATS=${REPEATS:-3}
 
-# name | --grpc_args | GLIBC_TUNABLES for both processes
+# name | --grpc_args | GLIBC_TUNABLES for both processes | daemon flags
 window="flow_control_window=67108864"
 frames="$window,bdp_probe=0,max_frame_size=16777215"
 reads="$frames,read_chunk_size=1048576,max_read_chunk_size=16777216"
@@ -50,20 +51,25 @@ all_configs=(
   "bigreads_quota|$reads,resource_quota_bytes=17179869184|"
   "bigreads_keepmem|$reads|$keep_memory"
   "defaults_keepmem||$keep_memory"
+  "sync_api|||--unary_api=sync"
+  "sync_api_handoff|||--unary_api=sync --caller_thread_max_mflop=0"
+  "callback_spin|||--worker_spin_us=1000"
+  "sync_api_bigreads_keepmem|$reads|$keep_memory|--unary_api=sync"
 )
 selected=${CONFIGS:-}
 
 source tests/gpu/cuda_daemon.sh
 rc=0
 for config in "${all_configs[@]}"; do
-  IFS='|' read -r name args tunables <<<"$config"
+  IFS='|' read -r name args tunables flags <<<"$config"
   if [ -n "$selected" ] && [[ " $selected " != *" $name "* ]]; then continue; fi
   for run in $(seq "$REPEATS"); do
-    echo "== $name run $run: grpc_args='$args' GLIBC_TUNABLES='$tunables'"
+    echo "== $name run $run: grpc_args='$args'" \
+      "GLIBC_TUNABLES='$tunables' daemon flags '$flags'"
     dir=$(mktemp -d)
     # shellcheck disable=SC2086
     GLIBC_TUNABLES=$tunables start_cuda_daemon --metrics_listen= \
-      --grpc_args="$args" ${DAEMON_FLAGS:-}
+      --grpc_args="$args" $flags ${DAEMON_FLAGS:-}
     # shellcheck disable=SC2086
     if ! GLIBC_TUNABLES=$tunables "$FLOOR" --target="$sock" \
       --grpc_args="$args" --small_mode=ipc --socket_dir="$dir" \
