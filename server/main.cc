@@ -135,7 +135,8 @@ ABSL_FLAG(int64_t, test_only_gpu_memory_headroom_bytes, 0,
           "many bytes of the GPU's free memory, so that a larger product "
           "fails in cudaMalloc (RESOURCE_EXHAUSTED). 0: off.");
 ABSL_FLAG(double, caller_thread_max_mflop, 64,
-          "With --unary_api=sync, unary calls run products of up to this "
+          "With --unary_api=sync or callback_run_small, unary calls run "
+          "products of up to this "
           "many MFLOP (2*M*N*K/1e6) on their own gRPC thread when a worker "
           "is idle and nothing is queued, instead of handing them to a "
           "worker and back. 0: always hand off.");
@@ -144,8 +145,10 @@ ABSL_FLAG(std::string, unary_api, "callback",
           "answered on the thread that received it, which runs small "
           "products itself, --caller_thread_max_mflop; one thread per call "
           "in flight; a request that does not parse then gets gRPC's own "
-          "error). MatmulStream and the other methods stay on the callback "
-          "API.");
+          "error), or callback_run_small (the callback API, whose receiving "
+          "thread runs small products itself; other calls' I/O on that "
+          "thread waits meanwhile: for a daemon with one caller at a time). "
+          "MatmulStream and the other methods stay on the callback API.");
 ABSL_FLAG(std::string, grpc_args, "",
           "gRPC transport settings, name=value,...: flow_control_window "
           "(the initial HTTP/2 stream window), max_frame_size, bdp_probe "
@@ -337,15 +340,19 @@ int main(int argc, char** argv) {
   }
   options.grpc_transport = *std::move(grpc_args);
   const std::string unary_api = absl::GetFlag(FLAGS_unary_api);
-  if (unary_api != "callback" && unary_api != "sync") {
+  if (unary_api == "callback") {
+    options.unary_api = matmul::UnaryApi::kCallback;
+  } else if (unary_api == "sync") {
+    options.unary_api = matmul::UnaryApi::kSync;
+  } else if (unary_api == "callback_run_small") {
+    options.unary_api = matmul::UnaryApi::kCallbackRunSmall;
+  } else {
     std::fprintf(stderr,
-                 "matmul-server: --unary_api is '%s'; expected callback or "
-                 "sync\n",
+                 "matmul-server: --unary_api is '%s'; expected callback, "
+                 "sync or callback_run_small\n",
                  unary_api.c_str());
     return 2;
   }
-  options.unary_api = unary_api == "sync" ? matmul::UnaryApi::kSync
-                                          : matmul::UnaryApi::kCallback;
   options.caller_thread_max_flops =
       absl::GetFlag(FLAGS_caller_thread_max_mflop) * 1e6;
   options.on_device_lost = [](const absl::Status& status) {

@@ -54,9 +54,10 @@ struct ServerOptions {
   // where the operator vouches for every local user.
   bool allow_other_shm_owners = false;
   RingOptions rings;
-  // Unary calls on the synchronous API (unary_api kSync) run products up
-  // to this many FLOPs on their own gRPC thread when a worker is idle and
-  // nothing is queued (no hand-off to a worker); 0 always hands off.
+  // Unary calls on the synchronous API (unary_api kSync, or
+  // kCallbackRunSmall) run products up to this many FLOPs on their own
+  // gRPC thread when a worker is idle and nothing is queued (no hand-off
+  // to a worker); 0 always hands off.
   double caller_thread_max_flops = 64e6;
   // The gRPC API of unary Matmul calls (--unary_api).
   UnaryApi unary_api = UnaryApi::kCallback;

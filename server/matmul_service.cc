@@ -38,8 +38,9 @@ MatmulServiceImpl::MatmulServiceImpl(
       shm_prefix_(std::move(shm_prefix)),
       allow_other_shm_owners_(allow_other_shm_owners),
       ring_options_(rings),
-      caller_thread_max_flops_(caller_thread_max_flops) {
-  if (unary_api == UnaryApi::kCallback) {
+      caller_thread_max_flops_(caller_thread_max_flops),
+      unary_api_(unary_api) {
+  if (unary_api != UnaryApi::kSync) {
     // gRPC owns method handlers by raw pointer (as generated code does).
     MarkMethodRawCallback(
         0, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer,
@@ -244,8 +245,10 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::MatmulCallback(
   }
   Call* raw = call.get();
   // A callback thread serves other calls' I/O too: it hands every product
-  // to a worker rather than block on one.
-  Submit(GrpcCallControl(context), &raw->request, &raw->response,
+  // to a worker rather than block on one, unless told otherwise.
+  CallControl control = GrpcCallControl(context);
+  control.may_run_on_caller = unary_api_ == UnaryApi::kCallbackRunSmall;
+  Submit(std::move(control), &raw->request, &raw->response,
          [reactor, response_bytes,
           call = std::move(call)](absl::Status status) mutable {
            if (!status.ok()) {

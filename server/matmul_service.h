@@ -49,7 +49,11 @@ using MatmulCallbackService =
 // that received the call (one thread per call in flight), which runs a
 // small product itself when a worker is idle; a request that does not
 // parse then gets gRPC's own error rather than our reason.
-enum class UnaryApi { kCallback, kSync };
+// kCallbackRunSmall is the callback API whose receiving thread runs a
+// small product itself as kSync does: that thread serves other calls'
+// I/O too, which waits meanwhile (for a daemon with one caller at a
+// time).
+enum class UnaryApi { kCallback, kSync, kCallbackRunSmall };
 
 class MatmulServiceImpl final : public MatmulCallbackService,
                                 public ProductSubmitter {
@@ -133,6 +137,7 @@ class MatmulServiceImpl final : public MatmulCallbackService,
   const RingOptions ring_options_;
   // Products up to this size may run on a unary call's own thread.
   const double caller_thread_max_flops_;
+  const UnaryApi unary_api_;
 
   absl::Mutex sessions_mu_;
   absl::flat_hash_set<SessionReactor*> sessions_ ABSL_GUARDED_BY(sessions_mu_);

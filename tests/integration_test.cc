@@ -131,9 +131,10 @@ TEST(IntegrationTest, AsyncAndStreamCallsAnswerEveryRequest) {
 // kZeroCopyOutputBytes travels as its own slice), in turn and at once,
 // match FP64, and a bad request is refused with its reason.
 TEST(IntegrationTest, UnaryCallsOnEitherApiAndThreadMatchFp64) {
-  for (UnaryApi api : {UnaryApi::kCallback, UnaryApi::kSync}) {
+  for (UnaryApi api :
+       {UnaryApi::kCallback, UnaryApi::kSync, UnaryApi::kCallbackRunSmall}) {
     for (double max_flops : {0.0, 64e6}) {
-      SCOPED_TRACE(absl::StrCat(api == UnaryApi::kSync ? "sync" : "callback",
+      SCOPED_TRACE(absl::StrCat("unary api ", static_cast<int>(api),
                                 ", caller_thread_max_flops ", max_flops));
       ServerOptions options = TestDaemon::DefaultOptions();
       options.unary_api = api;

@@ -34,8 +34,8 @@ struct CallControl {
   // would have run it alone at once (Executor::TryRunHere): set by unary
   // calls on gRPC's synchronous API, whose thread serves that call alone
   // and waits for its answer anyway; left off where the thread serves
-  // other calls or feeds further requests (the callback API, streams,
-  // rings), which a product holding it would stall.
+  // other calls or feeds further requests (the callback API unless told
+  // otherwise, streams, rings), which a product holding it would stall.
   bool may_run_on_caller = false;
 };
 

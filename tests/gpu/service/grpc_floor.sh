@@ -53,6 +53,7 @@ all_configs=(
   "defaults_keepmem||$keep_memory"
   "sync_api|||--unary_api=sync"
   "sync_api_handoff|||--unary_api=sync --caller_thread_max_mflop=0"
+  "callback_run_small|||--unary_api=callback_run_small"
   "callback_spin|||--worker_spin_us=1000"
   "sync_api_bigreads_keepmem|$reads|$keep_memory|--unary_api=sync"
 )
