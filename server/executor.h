@@ -1,9 +1,10 @@
 // Worker threads in front of the compute backend, fed by a DynamicBatcher:
 // each worker takes the next due batch, runs it with `run_batch`, and asks
-// again. Admission is the batcher's (immediate RESOURCE_EXHAUSTED when the
-// queue is full). Shutdown stops admission, runs everything already
-// accepted and joins the workers, so every accepted request gets its
-// answer.
+// again. An item that would run alone at once anyway may instead run on
+// its submitter's thread (TryRunHere). Admission is the batcher's (immediate
+// RESOURCE_EXHAUSTED when the queue is full). Shutdown stops admission, runs
+// everything already accepted and joins the workers, so every accepted request
+// gets its answer.
 #ifndef MATMUL_SERVER_EXECUTOR_H_
 #define MATMUL_SERVER_EXECUTOR_H_
 
@@ -60,6 +61,34 @@ class Executor {
     return batcher_.Enqueue(key, std::move(item), max_batch);
   }
 
+  // Runs `item` on the calling thread, as a batch of one, when a worker
+  // would have taken it alone at once anyway: batches wait for no one
+  // (max_queue_delay 0), nothing is queued, and fewer batches run than
+  // there are workers. That saves handing it to a worker (a wake-up there)
+  // and the worker's answer back. Returns false, with `item` untouched,
+  // when it did not run (Submit it then), and after Shutdown. A batch run
+  // here counts as a running batch, so callers' threads take at most
+  // worker_threads at once.
+  bool TryRunHere(Item& item) {
+    if (batches_wait_) return false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shut_down_ || batches_running_ >= worker_threads_ ||
+          batcher_.queued() > 0) {
+        return false;
+      }
+      ++batches_running_;
+      ++running_;
+    }
+    std::vector<Item> batch;
+    batch.push_back(std::move(item));
+    run_batch_(std::move(batch));
+    absl::MutexLock lock(&mu_);
+    --batches_running_;
+    --running_;
+    return true;
+  }
+
   // Items waiting to run.
   int queue_depth() const { return batcher_.queued(); }
   // Items running now.
@@ -70,6 +99,10 @@ class Executor {
 
   // Refuses new items, runs the queued ones, joins the workers. Idempotent.
   void Shutdown() {
+    {
+      absl::MutexLock lock(&mu_);
+      shut_down_ = true;
+    }
     batcher_.Shutdown();
     absl::MutexLock lock(&join_mu_);
     for (std::thread& worker : workers_) worker.join();
@@ -78,7 +111,10 @@ class Executor {
 
  private:
   Executor(const ExecutorOptions& options, RunBatch run_batch)
-      : batcher_(options.batching), run_batch_(std::move(run_batch)) {
+      : batcher_(options.batching),
+        run_batch_(std::move(run_batch)),
+        worker_threads_(options.worker_threads),
+        batches_wait_(options.batching.max_queue_delay > absl::ZeroDuration()) {
     for (int i = 0; i < options.worker_threads; ++i) {
       workers_.emplace_back([this] { WorkerLoop(); });
     }
@@ -92,17 +128,26 @@ class Executor {
       {
         absl::MutexLock lock(&mu_);
         running_ += size;
+        ++batches_running_;
       }
       run_batch_(std::move(batch->items));
       absl::MutexLock lock(&mu_);
       running_ -= size;
+      --batches_running_;
     }
   }
 
   DynamicBatcher<Item> batcher_;
   const RunBatch run_batch_;
+  const int worker_threads_;
+  // A positive max_queue_delay: an idle worker waits for fuller batches,
+  // so no item runs alone on its caller's thread.
+  const bool batches_wait_;
   mutable absl::Mutex mu_;
   int running_ ABSL_GUARDED_BY(mu_) = 0;
+  // On workers and on callers' threads (TryRunHere).
+  int batches_running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Mutex join_mu_;  // serialises Shutdown's joins
   std::vector<std::thread> workers_;
 };

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/flags_help.h"
+#include "common/grpc_transport_args.h"
 #include "server/backend_factory.h"
 #include "server/matmul_server.h"
 
@@ -133,6 +134,28 @@ ABSL_FLAG(int64_t, test_only_gpu_memory_headroom_bytes, 0,
           "TEST ONLY, never in production: at start-up take all but this "
           "many bytes of the GPU's free memory, so that a larger product "
           "fails in cudaMalloc (RESOURCE_EXHAUSTED). 0: off.");
+ABSL_FLAG(double, caller_thread_max_mflop, 64,
+          "With --unary_api=sync or callback_run_small, unary calls run "
+          "products of up to this "
+          "many MFLOP (2*M*N*K/1e6) on their own gRPC thread when a worker "
+          "is idle and nothing is queued, instead of handing them to a "
+          "worker and back. 0: always hand off.");
+ABSL_FLAG(std::string, unary_api, "callback",
+          "gRPC API of unary Matmul calls: callback, or sync (each call "
+          "answered on the thread that received it, which runs small "
+          "products itself, --caller_thread_max_mflop; one thread per call "
+          "in flight; a request that does not parse then gets gRPC's own "
+          "error), or callback_run_small (the callback API, whose receiving "
+          "thread runs small products itself; other calls' I/O on that "
+          "thread waits meanwhile: for a daemon with one caller at a time). "
+          "MatmulStream and the other methods stay on the callback API.");
+ABSL_FLAG(std::string, grpc_args, "",
+          "gRPC transport settings, name=value,...: flow_control_window "
+          "(the initial HTTP/2 stream window), max_frame_size, bdp_probe "
+          "(0 or 1), write_buffer_size, read_chunk_size, "
+          "max_read_chunk_size, resource_quota_bytes, or any grpc.* "
+          "argument. Clients get the best large-message throughput with "
+          "the same settings on their channel. Empty: gRPC's defaults.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
           "On SIGTERM/SIGINT, how long calls in progress may take to finish "
           "before they are cancelled.");
@@ -308,6 +331,30 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_regions_per_session);
   options.regions.max_bytes_per_session =
       absl::GetFlag(FLAGS_max_region_bytes_per_session);
+  absl::StatusOr<matmul::GrpcTransportArgs> grpc_args =
+      matmul::ParseGrpcTransportArgs(absl::GetFlag(FLAGS_grpc_args));
+  if (!grpc_args.ok()) {
+    std::fprintf(stderr, "matmul-server: --grpc_args: %s\n",
+                 grpc_args.status().ToString().c_str());
+    return 2;
+  }
+  options.grpc_transport = *std::move(grpc_args);
+  const std::string unary_api = absl::GetFlag(FLAGS_unary_api);
+  if (unary_api == "callback") {
+    options.unary_api = matmul::UnaryApi::kCallback;
+  } else if (unary_api == "sync") {
+    options.unary_api = matmul::UnaryApi::kSync;
+  } else if (unary_api == "callback_run_small") {
+    options.unary_api = matmul::UnaryApi::kCallbackRunSmall;
+  } else {
+    std::fprintf(stderr,
+                 "matmul-server: --unary_api is '%s'; expected callback, "
+                 "sync or callback_run_small\n",
+                 unary_api.c_str());
+    return 2;
+  }
+  options.caller_thread_max_flops =
+      absl::GetFlag(FLAGS_caller_thread_max_mflop) * 1e6;
   options.on_device_lost = [](const absl::Status& status) {
     std::fprintf(stderr, "matmul-server: %s\n", status.ToString().c_str());
     kill(getpid(), SIGUSR2);

@@ -145,7 +145,8 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   server->service_ = std::make_unique<MatmulServiceImpl>(
       server->lanes_, *server->metrics_, *server->registry_, options.limits,
       max_concurrent, options.max_in_flight_per_client, options.shm_prefix,
-      options.allow_other_shm_owners, options.rings);
+      options.allow_other_shm_owners, options.rings,
+      options.caller_thread_max_flops, options.unary_api);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -171,6 +172,9 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
       static_cast<int>(options.limits.max_message_bytes));
   builder.SetMaxSendMessageSize(
       static_cast<int>(options.limits.max_message_bytes));
+  // Connections from the unix listeners take the server's arguments too
+  // (AddInsecureChannelFromFd).
+  ApplyGrpcTransportArgs(options.grpc_transport, builder);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/grpc_transport_args.h"
 #include "kernels/gemm_backend.h"
 #include "server/device_lane.h"
 #include "server/matmul_service.h"
@@ -53,6 +54,15 @@ struct ServerOptions {
   // where the operator vouches for every local user.
   bool allow_other_shm_owners = false;
   RingOptions rings;
+  // Unary calls on the synchronous API (unary_api kSync, or
+  // kCallbackRunSmall) run products up to this many FLOPs on their own
+  // gRPC thread when a worker is idle and nothing is queued (no hand-off
+  // to a worker); 0 always hands off.
+  double caller_thread_max_flops = 64e6;
+  // The gRPC API of unary Matmul calls (--unary_api).
+  UnaryApi unary_api = UnaryApi::kCallback;
+  // HTTP/2 and buffer settings of every connection (--grpc_args).
+  GrpcTransportArgs grpc_transport;
   // Runs (on a worker thread) once a lane's device is lost (see
   // kernels/device_lost.h), after health has turned NOT_SERVING; from then
   // on that lane answers every request UNAVAILABLE. The daemon stops and

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "kernels/gemm_batch.h"
 #include "server/matmul_stream_reactor.h"
@@ -12,6 +13,7 @@
 #include "server/regions/cuda_region_opener.h"
 #include "server/transport/grpc_call_control.h"
 #include "server/transport/peer_identity.h"
+#include "server/transport/response_bytes.h"
 
 namespace matmul {
 
@@ -25,7 +27,8 @@ MatmulServiceImpl::MatmulServiceImpl(
     RegionRegistry& registry, const ValidationLimits& limits,
     int max_concurrent_requests, int max_in_flight_per_client,
     std::string shm_prefix, bool allow_other_shm_owners,
-    const RingOptions& rings)
+    const RingOptions& rings, double caller_thread_max_flops,
+    UnaryApi unary_api)
     : lanes_(lanes),
       metrics_(metrics),
       registry_(registry),
@@ -34,7 +37,21 @@ MatmulServiceImpl::MatmulServiceImpl(
       client_quota_(max_in_flight_per_client),
       shm_prefix_(std::move(shm_prefix)),
       allow_other_shm_owners_(allow_other_shm_owners),
-      ring_options_(rings) {}
+      ring_options_(rings),
+      caller_thread_max_flops_(caller_thread_max_flops),
+      unary_api_(unary_api) {
+  if (unary_api != UnaryApi::kSync) {
+    // gRPC owns method handlers by raw pointer (as generated code does).
+    MarkMethodRawCallback(
+        0, new grpc::internal::CallbackUnaryHandler<grpc::ByteBuffer,
+                                                    grpc::ByteBuffer>(
+               [this](grpc::CallbackServerContext* context,
+                      const grpc::ByteBuffer* request,
+                      grpc::ByteBuffer* response) {
+                 return MatmulCallback(context, request, response);
+               }));
+  }
+}
 
 absl::StatusOr<DeviceLane*> MatmulServiceImpl::LaneFor(
     const BoundOperands& operands) {
@@ -163,22 +180,14 @@ void MatmulServiceImpl::Submit(CallControl control,
   product->plan = *std::move(plan);
   product->request = request;
   product->response = response;
+  const bool may_run_here =
+      control.may_run_on_caller &&
+      product->operands->problem().flops() <= caller_thread_max_flops_;
   product->control = std::move(control);
   product->accepted = accepted;
   product->finish = std::move(finish);
-  int max_batch =
-      (*lane)->backend->MaxUsefulBatch(product->operands->problem());
-  // Products the backend runs alone queue apart: a key's first product sets
-  // its batches' cap, and the batch count (not in BatchKey) can change it.
-  if (max_batch == 1) key += "|alone";
-  if (product->operands->stream_ordered()) {
-    // A product that signals the client's stream must not share a launch:
-    // the client's next product waits, through that stream, for its
-    // signal, so a launch holding both would wait for itself.
-    if (request->stream_order().signal()) {
-      key += "|ordered";
-      max_batch = 1;
-    }
+  const bool stream_ordered = product->operands->stream_ordered();
+  if (stream_ordered) {
     product->operands->SetStreamOrderGiveUp(
         [product = product.get()]() -> absl::Status {
           if (absl::Now() >= product->control.deadline) {
@@ -194,6 +203,25 @@ void MatmulServiceImpl::Submit(CallControl control,
           return absl::OkStatus();
         });
   }
+  // A small product a worker would run alone at once runs here instead,
+  // without the hand-off to the worker and back; not one that may wait for
+  // its client's stream, which would hold the calling thread meanwhile.
+  if (may_run_here && !stream_ordered &&
+      (*lane)->executor->TryRunHere(product)) {
+    return;
+  }
+  int max_batch =
+      (*lane)->backend->MaxUsefulBatch(product->operands->problem());
+  // Products the backend runs alone queue apart: a key's first product sets
+  // its batches' cap, and the batch count (not in BatchKey) can change it.
+  if (max_batch == 1) key += "|alone";
+  // A product that signals the client's stream must not share a launch:
+  // the client's next product waits, through that stream, for its signal,
+  // so a launch holding both would wait for itself.
+  if (stream_ordered && request->stream_order().signal()) {
+    key += "|ordered";
+    max_batch = 1;
+  }
   // Submit moves from `product` only when it accepts it.
   if (absl::Status refusal =
           (*lane)->executor->Submit(key, std::move(product), max_batch);
@@ -202,7 +230,25 @@ void MatmulServiceImpl::Submit(CallControl control,
   }
 }
 
-grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
+grpc::Status MatmulServiceImpl::Matmul(grpc::ServerContext* context,
+                                       const v1::MatmulRequest* request,
+                                       v1::MatmulResponse* response) {
+  CallControl control = GrpcCallControl(context);
+  control.may_run_on_caller = true;
+  // This thread waits for the answer anyway: a small product runs on it
+  // (done then runs before Submit returns), a larger one on a worker.
+  absl::Notification answered;
+  absl::Status answer;
+  Submit(std::move(control), request, response,
+         [&answered, &answer](absl::Status status) {
+           answer = std::move(status);
+           answered.Notify();
+         });
+  answered.WaitForNotification();
+  return ToGrpcStatus(answer);
+}
+
+grpc::ServerUnaryReactor* MatmulServiceImpl::MatmulCallback(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -226,17 +272,19 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::Matmul(
     return reactor;
   }
   Call* raw = call.get();
-  Submit(GrpcCallControl(context), &raw->request, &raw->response,
+  // A callback thread serves other calls' I/O too: it hands every product
+  // to a worker rather than block on one, unless told otherwise.
+  CallControl control = GrpcCallControl(context);
+  control.may_run_on_caller = unary_api_ == UnaryApi::kCallbackRunSmall;
+  Submit(std::move(control), &raw->request, &raw->response,
          [reactor, response_bytes,
           call = std::move(call)](absl::Status status) mutable {
            if (!status.ok()) {
              reactor->Finish(ToGrpcStatus(status));
              return;
            }
-           bool own_buffer = false;
-           reactor->Finish(
-               grpc::SerializationTraits<v1::MatmulResponse>::Serialize(
-                   call->response, response_bytes, &own_buffer));
+           *response_bytes = SerializeMatmulResponse(call->response);
+           reactor->Finish(grpc::Status::OK);
          });
   return reactor;
 }

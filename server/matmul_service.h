@@ -1,6 +1,7 @@
-// The gRPC face of the daemon (callback API): validates and binds each
-// request on the gRPC thread, hands valid ones to the executor (which
-// batches them) and answers when the product is done. Matmul is unary;
+// The gRPC face of the daemon (callback API; unary Matmul on the callback
+// or the synchronous API, UnaryApi): validates and binds each request on
+// the gRPC thread, hands valid ones to the executor (which batches them)
+// and answers when the product is done. Matmul is unary;
 // MatmulStream multiplexes many requests over one stream and answers each as it
 // completes (any order, matched by request_id; a bad request gets a response
 // with status_code set and the stream goes on).
@@ -26,13 +27,15 @@
 namespace matmul {
 
 grpc::Status ToGrpcStatus(const absl::Status& status);
-// v1::MatmulService::CallbackService with Matmul and MatmulStream read as
-// raw bytes, so that a message that does not parse is answered
-// INVALID_ARGUMENT with a reason (gRPC alone answers a bare UNIMPLEMENTED,
-// or ends a stream as if half-closed). The typed and raw methods cannot
-// share one class, so the chain is spelt out; a method added to the proto
-// must be added here too.
-using MatmulCallbackService = v1::MatmulService::WithRawCallbackMethod_Matmul<
+// v1::MatmulService::CallbackService with MatmulStream (and, on the
+// callback API, Matmul) read as raw bytes, so that a message that does not
+// parse is answered INVALID_ARGUMENT with a reason (gRPC alone answers a
+// bare UNIMPLEMENTED, or ends a stream as if half-closed). Matmul is left
+// synchronous here; the constructor turns it into a raw callback method
+// unless UnaryApi::kSync. The typed and raw methods cannot share one
+// class, so the chain is spelt out; a method added to the proto must be
+// added here too.
+using MatmulCallbackService =
     v1::MatmulService::WithRawCallbackMethod_MatmulStream<
         v1::MatmulService::WithCallbackMethod_GetServerInfo<
             v1::MatmulService::WithCallbackMethod_OpenSession<
@@ -40,7 +43,17 @@ using MatmulCallbackService = v1::MatmulService::WithRawCallbackMethod_Matmul<
                     v1::MatmulService::WithCallbackMethod_UnregisterRegion<
                         v1::MatmulService::WithCallbackMethod_ListRegions<
                             v1::MatmulService::WithCallbackMethod_AttachRing<
-                                v1::MatmulService::Service>>>>>>>>;
+                                v1::MatmulService::Service>>>>>>>;
+
+// Which gRPC API serves unary Matmul calls. kSync answers on the thread
+// that received the call (one thread per call in flight), which runs a
+// small product itself when a worker is idle; a request that does not
+// parse then gets gRPC's own error rather than our reason.
+// kCallbackRunSmall is the callback API whose receiving thread runs a
+// small product itself as kSync does: that thread serves other calls'
+// I/O too, which waits meanwhile (for a daemon with one caller at a
+// time).
+enum class UnaryApi { kCallback, kSync, kCallbackRunSmall };
 
 class MatmulServiceImpl final : public MatmulCallbackService,
                                 public ProductSubmitter {
@@ -51,11 +64,17 @@ class MatmulServiceImpl final : public MatmulCallbackService,
                     RegionRegistry& registry, const ValidationLimits& limits,
                     int max_concurrent_requests, int max_in_flight_per_client,
                     std::string shm_prefix, bool allow_other_shm_owners,
-                    const RingOptions& rings);
+                    const RingOptions& rings, double caller_thread_max_flops,
+                    UnaryApi unary_api = UnaryApi::kCallback);
 
-  grpc::ServerUnaryReactor* Matmul(grpc::CallbackServerContext* context,
-                                   const grpc::ByteBuffer* request_bytes,
-                                   grpc::ByteBuffer* response_bytes) override;
+  // Unary Matmul on the callback API (raw bytes in and out).
+  grpc::ServerUnaryReactor* MatmulCallback(
+      grpc::CallbackServerContext* context,
+      const grpc::ByteBuffer* request_bytes, grpc::ByteBuffer* response_bytes);
+  // Unary Matmul on the synchronous API (UnaryApi::kSync).
+  grpc::Status Matmul(grpc::ServerContext* context,
+                      const v1::MatmulRequest* request,
+                      v1::MatmulResponse* response) override;
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* MatmulStream(
       grpc::CallbackServerContext* context) override;
@@ -116,6 +135,9 @@ class MatmulServiceImpl final : public MatmulCallbackService,
   const std::string shm_prefix_;
   const bool allow_other_shm_owners_;
   const RingOptions ring_options_;
+  // Products up to this size may run on a unary call's own thread.
+  const double caller_thread_max_flops_;
+  const UnaryApi unary_api_;
 
   absl::Mutex sessions_mu_;
   absl::flat_hash_set<SessionReactor*> sessions_ ABSL_GUARDED_BY(sessions_mu_);

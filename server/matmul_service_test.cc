@@ -68,7 +68,9 @@ class MatmulServiceTest : public ::testing::Test {
     service_ = std::make_unique<MatmulServiceImpl>(
         lanes_, *metrics_, registry_, ValidationLimits{},
         /*max_concurrent_requests=*/64, /*max_in_flight_per_client=*/1,
-        "matmul-", /*allow_other_shm_owners=*/false, RingOptions{});
+        "matmul-", /*allow_other_shm_owners=*/false, RingOptions{},
+        // Every product goes through the gated backend on the worker.
+        /*caller_thread_max_flops=*/0);
   }
   ~MatmulServiceTest() override {
     if (!backend_->gate.HasBeenNotified()) backend_->gate.Notify();

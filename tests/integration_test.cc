@@ -1,9 +1,11 @@
 // A real daemon (CPU backend) on a temporary unix socket and a real client:
 // random products checked against FP64, and every kind of bad input.
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/request_builder.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -121,6 +123,65 @@ TEST(IntegrationTest, AsyncAndStreamCallsAnswerEveryRequest) {
     ASSERT_TRUE(response.ok()) << response.status();
     const int index = static_cast<int>(response->request_id()) - 1000;
     EXPECT_LT(*CheckResponse(requests[index], *response), 1e-2);
+  }
+}
+
+// Unary calls on either gRPC API, with small products on the calling
+// thread or always on a worker: products small and large (an output over
+// kZeroCopyOutputBytes travels as its own slice), in turn and at once,
+// match FP64, and a bad request is refused with its reason.
+TEST(IntegrationTest, UnaryCallsOnEitherApiAndThreadMatchFp64) {
+  for (UnaryApi api :
+       {UnaryApi::kCallback, UnaryApi::kSync, UnaryApi::kCallbackRunSmall}) {
+    for (double max_flops : {0.0, 64e6}) {
+      SCOPED_TRACE(absl::StrCat("unary api ", static_cast<int>(api),
+                                ", caller_thread_max_flops ", max_flops));
+      ServerOptions options = TestDaemon::DefaultOptions();
+      options.unary_api = api;
+      options.caller_thread_max_flops = max_flops;
+      TestDaemon daemon(options);
+      std::mt19937_64 rng(5);
+      std::vector<v1::MatmulRequest> requests;
+      for (ProblemSpec spec :
+           {ProblemSpec{.m = 1, .n = 1, .k = 1},
+            ProblemSpec{.m = 33, .n = 65, .k = 17},
+            ProblemSpec{.m = 256, .n = 300, .k = 8, .transpose_b = true},
+            ProblemSpec{.m = 300, .n = 260, .k = 600}}) {
+        absl::StatusOr<v1::MatmulRequest> request =
+            MakeRandomRequest(spec, rng);
+        ASSERT_TRUE(request.ok());
+        request->set_request_id(requests.size());
+        requests.push_back(*std::move(request));
+      }
+      for (const v1::MatmulRequest& request : requests) {
+        absl::StatusOr<v1::MatmulResponse> response =
+            daemon.client().Matmul(request, absl::Seconds(60));
+        ASSERT_TRUE(response.ok()) << response.status();
+        EXPECT_EQ(response->request_id(), request.request_id());
+        EXPECT_LT(*CheckResponse(request, *response), 1e-2);
+      }
+      std::vector<std::future<absl::StatusOr<v1::MatmulResponse>>> futures;
+      for (int round = 0; round < 3; ++round) {
+        for (const v1::MatmulRequest& request : requests) {
+          futures.push_back(
+              daemon.client().MatmulFuture(request, absl::Seconds(60)));
+        }
+      }
+      for (auto& future : futures) {
+        absl::StatusOr<v1::MatmulResponse> response = future.get();
+        ASSERT_TRUE(response.ok()) << response.status();
+        EXPECT_LT(*CheckResponse(requests[response->request_id()], *response),
+                  1e-2);
+      }
+      v1::MatmulRequest bad = requests[1];
+      bad.mutable_b()->mutable_inline_data()->resize(3);
+      absl::StatusOr<v1::MatmulResponse> refused =
+          daemon.client().Matmul(bad, absl::Seconds(60));
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(refused.status().message(), HasSubstr("B: inline_data"));
+      const std::string metrics = daemon.server().metrics().Scrape();
+      EXPECT_EQ(MetricValue(metrics, "matmul_requests_total{code=\"ok\"}"), 16);
+    }
   }
 }
 

@@ -7,7 +7,7 @@
 
 namespace matmul {
 
-CallControl GrpcCallControl(grpc::CallbackServerContext* context) {
+CallControl GrpcCallControl(grpc::ServerContextBase* context) {
   // gRPC 1.51 sends a deadline as the whole milliseconds left (grpc-timeout)
   // and one that has already passed as "1n", which the server reads back as
   // 1 ms from when the headers arrived; both ends also keep time in whole

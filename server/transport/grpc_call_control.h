@@ -17,7 +17,8 @@ inline constexpr absl::Duration kGrpcDeadlineSlack = absl::Milliseconds(2);
 
 // The deadline, cancellation and caller of a gRPC call; the deadline is
 // the client's at the latest (see kGrpcDeadlineSlack).
-CallControl GrpcCallControl(grpc::CallbackServerContext* context);
+// `context` of either API (callback or synchronous).
+CallControl GrpcCallControl(grpc::ServerContextBase* context);
 
 }  // namespace matmul
 

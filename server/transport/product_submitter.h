@@ -30,6 +30,13 @@ struct CallControl {
   std::optional<PeerCredentials> caller;
   // Whose share of the in-flight quota the request takes (ClientKey).
   std::string client_key;
+  // The transport's thread may run a small product itself when a worker
+  // would have run it alone at once (Executor::TryRunHere): set by unary
+  // calls on gRPC's synchronous API, whose thread serves that call alone
+  // and waits for its answer anyway; left off where the thread serves
+  // other calls or feeds further requests (the callback API unless told
+  // otherwise, streams, rings), which a product holding it would stall.
+  bool may_run_on_caller = false;
 };
 
 class ProductSubmitter {

@@ -48,7 +48,8 @@ class Service {
     service_ = std::make_unique<MatmulServiceImpl>(
         lanes_, *metrics_, registry_, limits_, /*max_concurrent_requests=*/16,
         /*max_in_flight_per_client=*/0, "matmul-fuzz",
-        /*allow_other_shm_owners=*/false, RingOptions{});
+        /*allow_other_shm_owners=*/false, RingOptions{},
+        /*caller_thread_max_flops=*/0);
   }
 
   MatmulServiceImpl& service() { return *service_; }

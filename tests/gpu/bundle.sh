@@ -43,7 +43,7 @@ mapfile -t binaries < <(
     \( -name '*_test' -o -name 'matmul-bench' -o -name 'matmul-tune' \
        -o -name 'matmul-server' -o -name 'matmul-cli' -o -name 'mma_bench' -o -name 'cublaslt-survey' \
        -o -name 'matmul-soak' -o -name 'soak_holder' -o -name 'transport_probe' \
-       -o -name 'stream-order-bench' \) \
+       -o -name 'stream-order-bench' -o -name 'grpc-floor' \) \
     -not -path '*/CMakeFiles/*' | sort)
 if [ ${#binaries[@]} -eq 0 ]; then
   echo "bundle.sh: nothing was built" >&2
