@@ -17,6 +17,9 @@
 // Either way an operand whose strides have no unit dimension is packed to a
 // dense matrix first (staging.h), and the output is scattered back to its
 // strides afterwards.
+// A stream-ordered product (GemmProblem::stream_order) runs once its
+// client's stream has reached it, and signals that stream behind it
+// (client_stream_order.h).
 //
 // Construct once per device and share: all methods are thread-safe. Up to
 // `streams` calls run at once, each on a stream slot of its own
@@ -37,7 +40,6 @@
 #include "absl/types/span.h"
 #include "common/cuda_driver_api.h"
 #include "common/gemm/gemm_problem.h"
-#include "kernels/cuda/client_stream_order.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemm_selector.h"
