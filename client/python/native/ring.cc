@@ -128,18 +128,25 @@ void Ring::CallOnStream(const py::bytes& request, uintptr_t stream,
   bool closed = false;
   {
     py::gil_scoped_release release;
-    absl::MutexLock lock(&mu_);
-    if (ring_ == nullptr) {
-      closed = true;
-    } else {
-      if (stream_calls_ == nullptr) {
+    {
+      // Made once, under the exclusive lock.
+      absl::MutexLock lock(&mu_);
+      if (ring_ == nullptr) {
+        closed = true;
+      } else if (stream_calls_ == nullptr) {
         absl::StatusOr<std::unique_ptr<StreamOrderedCalls>> calls =
             StreamOrderedCalls::Create(connection_->client(),
                                        connection_->session(), *ring_);
         status = calls.status();
         if (calls.ok()) stream_calls_ = *std::move(calls);
       }
-      if (status.ok()) {
+    }
+    if (!closed && status.ok()) {
+      // Shared: a call waiting for a free word pair holds up no other.
+      absl::ReaderMutexLock lock(&mu_);
+      if (stream_calls_ == nullptr) {
+        closed = true;
+      } else {
         status = stream_calls_->Matmul(
             parsed, reinterpret_cast<StreamOrderedCalls::Stream>(stream),
             absl::Seconds(timeout_s),
