@@ -23,8 +23,9 @@ skip_tests=${ASAN_SKIP_TESTS:-'_NOT_BUILT$|soak|observability_test|deploy_manife
 BUILD_DIR=$build_dir tests/sanitizers/build.sh asan
 mapfile -t targets < <(test_targets "$build_dir" '_test$' "$skip_targets")
 echo "asan_ubsan: ${#targets[@]} test executables: ${targets[*]}"
+# The daemon, the CLI and grpc-floor: script tests run them.
 BUILD_DIR=$build_dir tests/sanitizers/build.sh asan "${targets[@]}" \
-  matmul-server matmul-cli
+  matmul-server matmul-cli grpc-floor
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
