@@ -187,6 +187,7 @@ class Client(_Session, _HostRegions, _CudaRegions):
                                 beta, out_dtype)
         if isinstance(product, _CudaProduct) and self._stream_ordered() and \
                 self._queue_on_stream(product, timeout, stream, True):
+            self._unregister_retired()  # those earlier products gave back
             return product.out
         product.synchronize_inputs()
         try:
