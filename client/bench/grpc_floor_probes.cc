@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/bench/grpc_floor_echo.grpc.pb.h"
+#include "common/status_macros.h"
 #include "matmul/v1/matmul.grpc.pb.h"
 
 namespace matmul::bench {
@@ -18,13 +19,26 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void SetDeadline(grpc::ClientContext& context, absl::Duration timeout) {
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-}
-
 absl::Status CallFailed(const char* what, const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       absl::StrCat(what, ": ", status.error_message()));
+}
+
+// One unary call of `method` on `stub` with `timeout`: its wall time in
+// seconds, or its error (prefixed with `what`).
+template <typename Stub, typename Request, typename Response>
+absl::StatusOr<double> TimedCall(
+    const char* what, Stub& stub,
+    grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                 Response*),
+    const Request& request, Response* response, absl::Duration timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  const Clock::time_point start = Clock::now();
+  const grpc::Status status = (stub.*method)(&context, request, response);
+  const double elapsed = SecondsSince(start);
+  if (!status.ok()) return CallFailed(what, status);
+  return elapsed;
 }
 
 double Median(std::vector<double> values) {
@@ -87,13 +101,11 @@ absl::StatusOr<LatencyStats> EchoPingPong(
   std::vector<double> seconds;
   seconds.reserve(static_cast<size_t>(options.calls));
   for (int i = 0; i < options.warmup + options.calls; ++i) {
-    grpc::ClientContext context;
-    SetDeadline(context, options.timeout);
     grpc_floor::EchoResponse response;
-    const Clock::time_point start = Clock::now();
-    grpc::Status status = stub->Echo(&context, request, &response);
-    const double elapsed = SecondsSince(start);
-    if (!status.ok()) return CallFailed("echo", status);
+    ASSIGN_OR_RETURN(
+        const double elapsed,
+        TimedCall("echo", *stub, &grpc_floor::EchoService::Stub::Echo, request,
+                  &response, options.timeout));
     if (i >= options.warmup) seconds.push_back(elapsed);
   }
   return SummarizeLatency(std::move(seconds));
@@ -114,13 +126,11 @@ absl::StatusOr<ThroughputStats> EchoThroughput(
   request.set_reply_bytes(static_cast<uint64_t>(out_bytes));
   std::vector<double> seconds;
   for (int i = 0; i < 1 + options.large_reps; ++i) {
-    grpc::ClientContext context;
-    SetDeadline(context, options.timeout);
     grpc_floor::EchoResponse response;
-    const Clock::time_point start = Clock::now();
-    grpc::Status status = stub->Echo(&context, request, &response);
-    const double elapsed = SecondsSince(start);
-    if (!status.ok()) return CallFailed("large echo", status);
+    ASSIGN_OR_RETURN(
+        const double elapsed,
+        TimedCall("large echo", *stub, &grpc_floor::EchoService::Stub::Echo,
+                  request, &response, options.timeout));
     if (static_cast<int64_t>(response.payload().size()) != out_bytes) {
       return absl::InternalError(absl::StrCat("the echo answered ",
                                               response.payload().size(),
@@ -139,13 +149,11 @@ absl::StatusOr<MatmulLatency> MatmulOverhead(
   std::vector<double> overhead, end_to_end, kernel;
   overhead.reserve(static_cast<size_t>(options.calls));
   for (int i = 0; i < options.warmup + options.calls; ++i) {
-    grpc::ClientContext context;
-    SetDeadline(context, options.timeout);
     matmul::v1::MatmulResponse response;
-    const Clock::time_point start = Clock::now();
-    grpc::Status status = stub->Matmul(&context, request, &response);
-    const double elapsed = SecondsSince(start);
-    if (!status.ok()) return CallFailed("Matmul", status);
+    ASSIGN_OR_RETURN(
+        const double elapsed,
+        TimedCall("Matmul", *stub, &matmul::v1::MatmulService::Stub::Matmul,
+                  request, &response, options.timeout));
     if (i < options.warmup) continue;
     const double kernel_seconds = response.timing().kernel_seconds();
     end_to_end.push_back(elapsed);
@@ -170,13 +178,11 @@ absl::StatusOr<ThroughputStats> MatmulThroughput(
   int64_t bytes_out = 0;
   std::vector<double> seconds, kernel;
   for (int i = 0; i < 1 + options.large_reps; ++i) {
-    grpc::ClientContext context;
-    SetDeadline(context, options.timeout);
     matmul::v1::MatmulResponse response;
-    const Clock::time_point start = Clock::now();
-    grpc::Status status = stub->Matmul(&context, request, &response);
-    const double elapsed = SecondsSince(start);
-    if (!status.ok()) return CallFailed("large Matmul", status);
+    ASSIGN_OR_RETURN(const double elapsed,
+                     TimedCall("large Matmul", *stub,
+                               &matmul::v1::MatmulService::Stub::Matmul,
+                               request, &response, options.timeout));
     bytes_out = static_cast<int64_t>(response.c().inline_data().size());
     if (i == 0) continue;
     seconds.push_back(elapsed);
