@@ -14,11 +14,11 @@
 // session (host memory that this process's GPU and the daemon's reach) and
 // a fresh sequence number. The caller's stream writes the number into the
 // pair's wait word once its earlier work is done, then waits until the
-// signal word reaches it (stream memory operations); the daemon's stream
-// waits for the wait word before the product and writes the signal word
-// after it (MatmulRequest.stream_order). The request itself goes through
-// the ring asynchronously, and `done` gets the daemon's answer, which comes
-// once the product is complete.
+// signal word reaches it (stream memory operations); the daemon waits for
+// the wait word before it queues the product, and its stream writes the
+// signal word after it (MatmulRequest.stream_order). The request itself goes
+// through the ring asynchronously, and `done` gets the daemon's answer, which
+// comes once the product is complete.
 //
 // Errors: Matmul returns what it finds before the request is sent (no
 // CUDA, a bad stream, no free word pair within the timeout); every later

@@ -34,8 +34,8 @@ absl::Status BoundOperands::BindStreamOrder(const v1::StreamOrder& order,
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Region> region,
                    registry.Find(session_id, order.region_id()));
-  // The daemon's CPU watches the wait word too (to stop waiting for a
-  // client that is gone), so it must be host memory.
+  // The daemon's CPU waits on the wait word and its GPU writes the signal
+  // word: host memory that the device reaches.
   if (region->host_data() == nullptr || region->device_data() == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "stream_order: region '", order.region_id(), "' is a ", region->kind(),
@@ -54,7 +54,6 @@ absl::Status BoundOperands::BindStreamOrder(const v1::StreamOrder& order,
   auto* device = static_cast<char*>(region->device_data());
   stream_order_.wait_host = reinterpret_cast<std::atomic<uint32_t>*>(
       host + order.wait_offset_bytes());
-  stream_order_.wait_device = device + order.wait_offset_bytes();
   stream_order_.wait_value = order.wait_value();
   if (order.signal()) {
     stream_order_.signal_device = device + order.signal_offset_bytes();

@@ -3,7 +3,7 @@
 // tests, skipped without one) a product waits for the work queued on the
 // caller's stream before it, the work queued after it waits for the
 // product, and a stream that never gets there is given up at the
-// request's deadline without holding the daemon's stream; on the CPU
+// request's deadline without holding the daemon's worker; on the CPU
 // backend, and for requests that cannot be stream-ordered, the refusals.
 #include <cuda_runtime_api.h>
 

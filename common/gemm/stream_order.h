@@ -1,8 +1,8 @@
 // A product ordered on a CUDA stream of the client's (MatmulRequest's
-// stream_order): the backend's stream waits until the client's stream has
-// written wait_value into the wait word, and writes signal_value into the
-// signal word once the product is complete. Both words are host memory that
-// the daemon maps and the device reaches too.
+// stream_order): the backend waits, on its CPU, until the client's stream
+// has written wait_value into the wait word, and its stream writes
+// signal_value into the signal word once the product is complete. Both
+// words are host memory that the daemon maps and its device reaches too.
 #ifndef MATMUL_COMMON_GEMM_STREAM_ORDER_H_
 #define MATMUL_COMMON_GEMM_STREAM_ORDER_H_
 
@@ -15,10 +15,8 @@
 namespace matmul {
 
 struct StreamOrder {
-  // The wait word as this process's CPU sees it (for the watchdog) and as
-  // the device does.
+  // The wait word as this process's CPU sees it.
   std::atomic<uint32_t>* wait_host = nullptr;
-  void* wait_device = nullptr;
   uint32_t wait_value = 0;
   // The signal word as the device and this process's CPU see it; null:
   // no signal.
@@ -26,8 +24,8 @@ struct StreamOrder {
   std::atomic<uint32_t>* signal_host = nullptr;
   uint32_t signal_value = 0;
   // Asked, now and then, while the product waits for the client's stream:
-  // a non-OK status stops the wait (the backend writes wait_value into the
-  // word itself, which releases its stream) and becomes the product's.
+  // a non-OK status ends the wait and becomes the product's, which then
+  // does not run.
   std::function<absl::Status()> give_up;
 };
 
