@@ -4,6 +4,7 @@
 # products in flight, the custom op under torch.compile, a client killed
 # with products in flight. Run by tests/gpu/run.sh (STEPS=python_torch runs
 # only this); the measurements are tests/gpu/python/native_speed.sh.
+# Env: DAEMON_FLAGS, extra matmul-server flags.
 set -euo pipefail
 if [ ! -x bundle/matmul-server ]; then
   echo "python_torch: matmul-server not bundled; skipped"
@@ -15,7 +16,8 @@ if ! python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; th
 fi
 source tests/gpu/cuda_daemon.sh
 metrics_port=9469
-start_cuda_daemon --metrics_listen="127.0.0.1:$metrics_port"
+# shellcheck disable=SC2086  # DAEMON_FLAGS is a list of flags
+start_cuda_daemon --metrics_listen="127.0.0.1:$metrics_port" ${DAEMON_FLAGS:-}
 rc=0
 MATMUL_TARGET="$sock" \
   MATMUL_METRICS_URL="http://127.0.0.1:$metrics_port/metrics" \
