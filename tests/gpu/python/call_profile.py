@@ -1,0 +1,139 @@
+"""Where the time of one stream-ordered CUDA product from Python goes: the
+whole Client.matmul call against its pieces (preparing the request, the
+stale-region check, the current stream, serializing, the native
+call_on_stream alone with a request built once), each with and without a
+torch.cuda.synchronize() after it, and a cProfile of the calls without one.
+
+    python3 tests/gpu/python/call_profile.py --target=unix:/path/matmul.sock
+"""
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+
+REPO = os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+
+import torch  # noqa: E402
+
+import matmul_client  # noqa: E402
+from matmul_client._cuda_regions import _freed_bytes  # noqa: E402
+
+
+def p50_us(fn, calls, sync):
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        if sync:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e6
+
+
+def mean_us(fn, calls):
+    """Back to back, one synchronize at the end."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    mid = time.perf_counter()
+    torch.cuda.synchronize()
+    return (mid - start) / calls * 1e6
+
+
+def profile_shape(client, m, n, k, calls):
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+
+    def full():
+        client.matmul(x, w, transpose_b=True)
+
+    def full_out():
+        client.matmul(x, w, out=out, transpose_b=True)
+
+    def torch_mm():
+        torch.matmul(x, w.T)
+
+    for _ in range(50):
+        full()
+        full_out()
+        torch_mm()
+    torch.cuda.synchronize()
+    product = client._prepare(x, w, out, True, False, 1.0, 0.0, None)
+    data = product.request.SerializeToString()
+    ring = client._products._ring
+    raw_stream = torch.cuda.current_stream().cuda_stream
+    errors = []
+
+    def noop(_, error):
+        if error is not None:
+            errors.append(error)
+
+    def raw_on_stream():
+        ring.call_on_stream(data, raw_stream, 60.0, True, noop)
+
+    def raw_ring_call():
+        ring.call(data, 60.0)
+
+    pieces = {
+        "prepare": lambda: client._prepare(x, w, out, True, False, 1.0, 0.0,
+                                           None),
+        "torch.empty": lambda: torch.empty(m, n, device="cuda",
+                                           dtype=torch.bfloat16),
+        "freed_bytes": lambda: _freed_bytes(0),
+        "current_stream": lambda: torch.cuda.current_stream(x.device),
+        "serialize": lambda: product.request.SerializeToString(),
+        "in_flight start+finish": lambda: client._in_flight.finish(
+            client._in_flight.start(hidden=True), None, None),
+    }
+    row = {"shape": [m, n, k]}
+    # The bare calls first, while the regions of `data` are registered.
+    for name, fn in (("call_on_stream only", raw_on_stream),
+                     ("ring.call (not ordered)", raw_ring_call),
+                     ("matmul", full), ("matmul out=", full_out),
+                     ("torch.matmul", torch_mm)):
+        row[name + " +sync p50"] = p50_us(fn, calls, True)
+        row[name + " no sync mean"] = mean_us(fn, calls)
+    for name, fn in pieces.items():
+        row[name] = mean_us(fn, calls)
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    profiler.enable()
+    for _ in range(calls):
+        full()
+    profiler.disable()
+    torch.cuda.synchronize()
+    if errors:
+        print(f"{len(errors)} bare calls failed, the first: {errors[0]}")
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    return row, text.getvalue()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="unix:/run/matmul/matmul.sock")
+    parser.add_argument("--calls", type=int, default=1000)
+    args = parser.parse_args()
+    client = matmul_client.Client(args.target)
+    print("transport:", client.transport)
+    for m, n, k in ((256, 256, 256), (16, 4096, 4096)):
+        row, profile = profile_shape(client, m, n, k, args.calls)
+        print(f"\n== {m}x{n}x{k} NT, us")
+        for name, value in row.items():
+            if name != "shape":
+                print(f"  {name:34s} {value:8.1f}")
+        print(profile)
+    client.close()
+
+
+if __name__ == "__main__":
+    main()
