@@ -37,6 +37,7 @@ ROOT = os.path.abspath(os.environ.get("MATMUL_SOURCE_ROOT",
 PROTO = "matmul/v1/matmul.proto"
 # The C++ client sources the binding needs, relative to ROOT.
 CLIENT_SOURCES = [
+    "client/call_tickets.cc",
     "client/channel_credentials.cc",
     "client/client.cc",
     "client/request_ring.cc",
@@ -48,6 +49,7 @@ NATIVE_SOURCES = [
     "native/connection.cc",
     "native/matmul_error.cc",
     "native/module.cc",
+    "native/product_request.cc",
     "native/ring.cc",
 ]
 # Stream-ordered CUDA products and the CUDA buffer ids need the CUDA
