@@ -1,7 +1,9 @@
 """How products reach the daemon: through the native extension's request
 ring (a daemon on this host, over a unix socket) or as gRPC calls. Both
 take a MatmulRequest and give a MatmulResponse, or raise MatmulError with
-the same code and message for the same failure."""
+the same code and message for the same failure. Only the ring queues CUDA
+products on a stream (given as _CudaProduct.spec, built into a request in
+C++)."""
 
 import importlib
 import os

@@ -268,7 +268,8 @@ def check_native(target):
     print(f"native: {len(host_cases(rng))} host shapes and torch CPU "
           f"tensors, 64 products sent at once ({in_flight} in flight after "
           f"the last was sent), {len(ring_errors)} errors equal through the "
-          "ring and gRPC, the gRPC fallback")
+          "ring and gRPC, stream-ordered requests built in C++, the gRPC "
+          "fallback")
 
 
 def check_stream_calls_without_a_gpu(client):
