@@ -126,6 +126,9 @@ def profile_shape(client, m, n, k, calls):
         errors.extend(error for _, _, error in ring.take_stream_failures())
     for name, fn in pieces.items():
         row[name] = mean_us(fn, calls)
+    # Whether buffer ids work here (else memory_stats runs on every product).
+    print(f"cuda_buffer_id(x): {_native.cuda_buffer_id(x.data_ptr())}; "
+          f"devices looked at every product: {client._cuda_unidentified}")
     profiler = cProfile.Profile()
     torch.cuda.synchronize()
     profiler.enable()
