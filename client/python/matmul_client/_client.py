@@ -347,7 +347,7 @@ class Client(_Session, _HostRegions, _CudaRegions):
         if out_op is not None:
             dtype = out_op.dtype
         else:
-            dtype = BF16 if out_dtype is None else _parse_dtype(out_dtype)
+            dtype = BF16 if not out_dtype else _parse_dtype(out_dtype)
         options = (transpose_a, transpose_b, alpha, beta, dtype)
         if a_op.cuda or b_op.cuda or (out_op is not None and out_op.cuda):
             return self._prepare_cuda(a_op, b_op, out_op, shape, options)
