@@ -51,7 +51,8 @@ absl::StatusOr<CudaDriverApi> LoadCudaDriverApi() {
         Load("cuMemExportToShareableHandle", &api.mem_export),
         Load("cuMemGetAllocationGranularity", &api.mem_get_granularity),
         Load("cuStreamWaitValue32", &api.stream_wait_value32),
-        Load("cuStreamWriteValue32", &api.stream_write_value32)}) {
+        Load("cuStreamWriteValue32", &api.stream_write_value32),
+        Load("cuPointerGetAttribute", &api.pointer_get_attribute)}) {
     if (!status.ok()) return status;
   }
   return api;

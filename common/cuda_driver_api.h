@@ -31,6 +31,9 @@ struct CudaDriverApi {
   // stream_order.h).
   decltype(&cuStreamWaitValue32) stream_wait_value32 = nullptr;
   decltype(&cuStreamWriteValue32) stream_write_value32 = nullptr;
+  // Which allocation holds an address (the Python client's stale-region
+  // check).
+  decltype(&cuPointerGetAttribute) pointer_get_attribute = nullptr;
 
   // "CUDA_ERROR_INVALID_VALUE: invalid argument"-style text for `result`.
   std::string ErrorText(CUresult result) const;

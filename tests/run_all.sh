@@ -7,10 +7,11 @@
 #     the fuzzers for 20 s each (tests/fuzz/run_fuzzers.sh), the CPU suite
 #     under ASan + UBSan with leak checks (tests/sanitizers/asan_ubsan.sh)
 #     and the strict TSan list (the batcher, the executor, the ring's daemon
-#     side: tests/sanitizers/tsan.sh with TSAN_GRPC_TESTS empty). Those
-#     build with clang into build-asan/ and build-tsan/, without the
-#     project's own CUDA kernels and for one CUDA architecture. Each part
-#     runs even when an earlier one failed; the script fails if any did.
+#     side, the client's call tickets: tests/sanitizers/tsan.sh with
+#     TSAN_GRPC_TESTS empty). Those build with clang into build-asan/ and
+#     build-tsan/, without the project's own CUDA kernels and for one CUDA
+#     architecture. Each part runs even when an earlier one failed; the
+#     script fails if any did.
 # Beyond CI (each script's header says more): tests/fuzz/run_fuzzers.sh
 # --seconds 600 fuzzes longer; tests/sanitizers/tsan.sh alone also runs the
 # gRPC-based ring, regions, session and batching tests under TSan, which

@@ -37,6 +37,7 @@ ROOT = os.path.abspath(os.environ.get("MATMUL_SOURCE_ROOT",
 PROTO = "matmul/v1/matmul.proto"
 # The C++ client sources the binding needs, relative to ROOT.
 CLIENT_SOURCES = [
+    "client/call_tickets.cc",
     "client/channel_credentials.cc",
     "client/client.cc",
     "client/request_ring.cc",
@@ -48,11 +49,13 @@ NATIVE_SOURCES = [
     "native/connection.cc",
     "native/matmul_error.cc",
     "native/module.cc",
+    "native/product_request.cc",
     "native/ring.cc",
 ]
-# Stream-ordered CUDA products need the CUDA runtime's headers and library
-# at build time; without them the extension is built with the stand-in that
-# says so, and CUDA tensors take the synchronizing path.
+# Stream-ordered CUDA products and the CUDA buffer ids need the CUDA
+# runtime's headers and library at build time; without them the extension is
+# built with the stand-ins that say so, and CUDA tensors take the
+# synchronizing path.
 CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 HAVE_CUDA = os.path.exists(os.path.join(CUDA_HOME, "include", "cuda.h"))
 CLIENT_SOURCES += [
@@ -60,6 +63,8 @@ CLIENT_SOURCES += [
     "client/stream_ordered_calls.cc",
     "common/cuda_driver_api.cc",
 ] if HAVE_CUDA else ["client/stream_ordered_calls_unavailable.cc"]
+NATIVE_SOURCES += ["native/cuda_buffer_id.cc"] if HAVE_CUDA else \
+    ["native/cuda_buffer_id_unavailable.cc"]
 PKG_CONFIG_PACKAGES = [
     "grpc++", "protobuf", "absl_any_invocable", "absl_status",
     "absl_statusor", "absl_str_format", "absl_strings",

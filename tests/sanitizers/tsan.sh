@@ -6,7 +6,8 @@
 #
 #   TSAN_TESTS       tests whose threads meet only in the project's code and
 #                    abseil (the batcher, the executor, the ring's daemon
-#                    side): any TSan report fails the script.
+#                    side, the client's call tickets): any TSan report
+#                    fails the script.
 #   TSAN_GRPC_TESTS  tests that run a daemon and clients in-process (rings,
 #                    regions, sessions, batching). Their threads also meet
 #                    inside gRPC, which Debian builds without TSan, so its
@@ -31,7 +32,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/sanitizers/test_targets.sh
 build_dir=${BUILD_DIR:-build-tsan}
-strict=${TSAN_TESTS-'^(dynamic_batcher|executor|attached_ring)_test$'}
+strict=${TSAN_TESTS-'^(dynamic_batcher|executor|attached_ring|call_tickets)_test$'}
 grpc=${TSAN_GRPC_TESTS-'^(ring|regions|regions_process|batching)_test$|^session.*_test$'}
 BUILD_DIR=$build_dir tests/sanitizers/build.sh tsan
 strict_targets=()

@@ -10,6 +10,7 @@ import weakref
 
 import grpc
 
+from ._cuda_product import _CudaProduct
 from ._cuda_regions import _CudaRegions
 from ._errors import MatmulError
 from ._host_product import _HostProduct
@@ -30,32 +31,15 @@ def _align(offset):
     return (offset + _ALIGNMENT - 1) // _ALIGNMENT * _ALIGNMENT
 
 
-class _CudaProduct:
-    """A product of CUDA tensors in flight: out is written in place; the
-    regions it made stale are unregistered once it is answered."""
-
-    def __init__(self, request, out, retired, retired_sink):
-        self.request = request
-        self.out = out
-        self._retired = retired
-        self._retired_sink = retired_sink
-
-    def synchronize_inputs(self):
-        """Waits for the work that produces the inputs (the daemon reads
-        them when the request arrives, unless it is stream-ordered)."""
-        import torch
-        torch.cuda.synchronize(self.device)
-
-    @property
-    def device(self):
-        return self.out.device
-
-    def finish(self, response):
-        return self.out
-
-    def release(self):
-        retired, self._retired = self._retired, []
-        self._retired_sink.extend(retired)
+def _current_stream(device):
+    """The current CUDA stream of device `device` (an index), as a
+    cudaStream_t int; without making a torch.cuda.Stream where torch has
+    the raw accessor."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 # --- the client --------------------------------------------------------------
@@ -141,14 +125,21 @@ class Client(_Session, _HostRegions, _CudaRegions):
         # chunk bytes, fds) -> (region id, size, device)
         self._cuda_regions = {}
         # storage address -> (region id, storage's offset in the region,
-        # region size, device)
+        # region size, device, the allocation's buffer id or None)
         self._cuda_storages = {}
-        self._cuda_freed = {}  # device -> _freed_bytes at the last product
+        # Devices with a cached storage of no buffer id (their freed bytes
+        # are looked at on every product).
+        self._cuda_unidentified = set()
+        self._cuda_freed = {}  # device -> _freed_bytes at the last look
+        self._cuda_next_freed_check = {}  # device -> time.monotonic()
         # Region ids made stale while the product being prepared was built
         # (it may still name them), then, once it is answered, those to
         # unregister (_unregister_retired).
         self._retired = []
         self._retired_done = collections.deque()
+        # (ticket, _CudaProduct) of stream-ordered products with retired
+        # regions, until the ring has answered the ticket.
+        self._retired_on_answer = collections.deque()
         self._closed = False
         # False once the driver turned stream-ordered products down.
         self._stream_order_usable = True
@@ -182,11 +173,12 @@ class Client(_Session, _HostRegions, _CudaRegions):
         without waiting for the GPU. An error the daemon finds then raises
         at this client's next call or at synchronize(), and out is
         undefined. Over gRPC the call waits for the product instead."""
-        self._in_flight.raise_failures(hidden_only=True)
+        self._raise_stream_failures()
         product = self._prepare(a, b, out, transpose_b, transpose_a, alpha,
                                 beta, out_dtype)
         if isinstance(product, _CudaProduct) and self._stream_ordered() and \
-                self._queue_on_stream(product, timeout, stream, True):
+                self._queue_on_stream(product, timeout, stream):
+            self._release_answered()
             self._unregister_retired()  # those earlier products gave back
             return product.out
         product.synchronize_inputs()
@@ -209,12 +201,12 @@ class Client(_Session, _HostRegions, _CudaRegions):
         raise from the future's result(), and synchronize() raises the
         first one not raised yet. Operands must stay alive and unchanged,
         and out untouched, until the future is done."""
+        self._release_answered()
         self._unregister_retired()
         product = self._prepare(a, b, out, transpose_b, transpose_a, alpha,
                                 beta, out_dtype)
         if isinstance(product, _CudaProduct) and self._stream_ordered():
-            # After the work queued before it; what follows need not wait.
-            future = self._queue_on_stream(product, timeout, None, False)
+            future = self._call_on_stream(product, timeout)
             if future is not None:
                 return future
         product.synchronize_inputs()
@@ -247,15 +239,36 @@ class Client(_Session, _HostRegions, _CudaRegions):
         return self._stream_order_usable and \
             hasattr(self._products, "call_on_stream")
 
-    def _queue_on_stream(self, product, timeout, stream, signal_stream):
-        """Queues a CUDA product on `stream` (None: the current one) and
-        returns its future without waiting; None, for this and every later
-        product, where the driver cannot order it (the caller then takes
-        the synchronizing path)."""
-        import torch
-        if stream is None:
-            stream = torch.cuda.current_stream(product.device)
-        future = self._in_flight.start(hidden=signal_stream)
+    def _queue_on_stream(self, product, timeout, stream):
+        """Queues a CUDA product on `stream` (a torch.cuda.Stream; None: the
+        current one), the work queued there later waiting for it, and
+        returns True without waiting: the ring keeps its outcome, and its
+        error raises at a later call (_raise_stream_failures). False, for
+        this and every later product, where the driver cannot order it (the
+        caller then takes the synchronizing path)."""
+        raw_stream = _current_stream(product.device_index) if stream is None \
+            else stream.cuda_stream
+        try:
+            ticket = self._products.queue_on_stream(
+                product.spec, raw_stream,
+                self.timeout if timeout is None else timeout,
+                self._in_flight.number())
+        except MatmulError as error:
+            if not self._stream_order_refused(error):
+                product.release()
+                raise
+            return False
+        if product.retired:
+            with self._lock:
+                self._retired_on_answer.append((ticket, product))
+        return True
+
+    def _call_on_stream(self, product, timeout):
+        """matmul_async of CUDA tensors: the product after the work queued
+        on the current stream before it, holding up nothing queued later;
+        returns its future without waiting, or None as _queue_on_stream
+        returns False."""
+        future = self._in_flight.start()
 
         def done(_, error):
             product.release()
@@ -263,76 +276,110 @@ class Client(_Session, _HostRegions, _CudaRegions):
 
         try:
             self._products.call_on_stream(
-                product.request, stream,
-                self.timeout if timeout is None else timeout, signal_stream,
-                done)
+                product.spec, _current_stream(product.device_index),
+                self.timeout if timeout is None else timeout, done)
         except MatmulError as error:
             self._in_flight.abandon(future)
-            if error.code != grpc.StatusCode.FAILED_PRECONDITION:
+            if not self._stream_order_refused(error):
                 product.release()
                 raise
-            warnings.warn(f"stream-ordered products are unavailable "
-                          f"({error.message}); CUDA products synchronize "
-                          "the device instead", RuntimeWarning, stacklevel=3)
-            self._stream_order_usable = False
             return None
         return future
 
+    def _stream_order_refused(self, error):
+        """True when `error` (raised before a stream-ordered product was
+        sent) says the driver cannot order products: stream order is off
+        from then on, with a warning."""
+        if error.code != grpc.StatusCode.FAILED_PRECONDITION:
+            return False
+        warnings.warn(f"stream-ordered products are unavailable "
+                      f"({error.details}); CUDA products synchronize "
+                      "the device instead", RuntimeWarning, stacklevel=4)
+        self._stream_order_usable = False
+        return True
+
+    def _raise_stream_failures(self):
+        """Raises the first error of the stream-ordered products that
+        failed since the last call (see _InFlight.raise_failures)."""
+        self._in_flight.add_stream_failures(self._products.stream_failures())
+        self._in_flight.raise_failures(hidden_only=True)
+
+    def _release_answered(self):
+        """Releases the stream-ordered products that the ring has answered
+        and that hold retired regions (for _unregister_retired)."""
+        if not self._retired_on_answer:
+            return
+        answered_through = self._products.answered_through()
+        with self._lock:
+            while self._retired_on_answer and \
+                    self._retired_on_answer[0][0] < answered_through:
+                self._retired_on_answer.popleft()[1].release()
+
     def synchronize(self):
         """Waits for every product of this client in flight (matmul_async,
-        stream-ordered matmul: until each is complete), then raises the first error among them, in the order they were
-        sent, that was not raised yet (by a future's result() or an
-        earlier synchronize()); the failures after it count as reported
-        with it."""
+        stream-ordered matmul: until each is complete), then raises the
+        first error among them, in the order they were sent, that was not
+        raised yet (by a future's result() or an earlier synchronize());
+        the failures after it count as reported with it."""
         try:
-            self._in_flight.synchronize()
+            self._in_flight.wait()
+            self._products.wait_stream_calls()
+            self._in_flight.add_stream_failures(
+                self._products.stream_failures())
+            self._in_flight.raise_failures()
         finally:
+            self._release_answered()
             self._unregister_retired()
 
     def _prepare(self, a, b, out, transpose_b, transpose_a, alpha, beta,
                  out_dtype):
-        """The product as a request ready to send, with finish(response)
-        and release() (see _HostProduct)."""
+        """The product ready to send: its request, finish(response) and
+        release() (see _HostProduct, _CudaProduct)."""
         a_op, b_op = _Operand(a, "a"), _Operand(b, "b")
         shape = _output_shape(a_op, b_op, transpose_a, transpose_b)
+        out_op = None
         if out is not None:
             out_op = _Operand(out, "out")
             if out_dtype is not None and _parse_dtype(out_dtype) != out_op.dtype:
                 raise ValueError("out_dtype differs from out's dtype")
         elif beta != 0.0:
             raise ValueError("beta != 0 needs out (the C it scales)")
-        dtype = out_op.dtype if out is not None else \
-            _parse_dtype(out_dtype or "bf16")
+        if out_op is not None:
+            dtype = out_op.dtype
+        else:
+            dtype = BF16 if not out_dtype else _parse_dtype(out_dtype)
+        options = (transpose_a, transpose_b, alpha, beta, dtype)
+        if a_op.cuda or b_op.cuda or (out_op is not None and out_op.cuda):
+            return self._prepare_cuda(a_op, b_op, out_op, shape, options)
+        return self._prepare_host(a_op, b_op, out_op, shape, options)
+
+    def _prepare_cuda(self, a_op, b_op, out_op, shape, options):
+        if not (a_op.cuda and b_op.cuda and (out_op is None or out_op.cuda)):
+            raise ValueError("a, b and out must all be CUDA tensors, or all "
+                             "host tensors")
+        if out_op is None:
+            import torch
+            out_op = _Operand(torch.empty(
+                shape, device=a_op.value.device,
+                dtype=torch.bfloat16 if options[4] == BF16 else torch.float32),
+                "out")
+        operands = (a_op, b_op, out_op)
+        with self._lock:
+            session_id = self.session_id
+            self._check_freed_cuda_memory(
+                {op.value.get_device() for op in operands})
+            refs = [self._cuda_ref(op) for op in operands]
+            retired, self._retired = self._retired, []
+        spec = tuple((region_id, offset, op.shape, op.strides, op.dtype)
+                     for op, (region_id, offset) in zip(operands, refs))
+        return _CudaProduct(session_id, spec + options, out_op.value, retired,
+                            self._retired_done)
+
+    def _prepare_host(self, a_op, b_op, out_op, shape, options):
+        transpose_a, transpose_b, alpha, beta, dtype = options
         request = pb.MatmulRequest(transpose_a=transpose_a,
                                    transpose_b=transpose_b, alpha=alpha,
                                    beta=beta, out_dtype=dtype)
-        if a_op.cuda or b_op.cuda or (out is not None and out_op.cuda):
-            return self._prepare_cuda(request, a_op, b_op, out, shape, dtype)
-        return self._prepare_host(request, a_op, b_op, out, shape, dtype)
-
-    def _prepare_cuda(self, request, a_op, b_op, out, shape, dtype):
-        import torch
-        if out is None:
-            out = torch.empty(shape, device=a_op.value.device,
-                              dtype=torch.bfloat16 if dtype == BF16
-                              else torch.float32)
-        out_op = _Operand(out, "out")
-        if not (a_op.cuda and b_op.cuda and out_op.cuda):
-            raise ValueError("a, b and out must all be CUDA tensors, or all "
-                             "host tensors")
-        with self._lock:
-            request.session_id = self.session_id
-            for device in {op.value.get_device() for op in (a_op, b_op,
-                                                            out_op)}:
-                self._drop_stale_cuda_regions(device)
-            for operand, field in ((a_op, request.a), (b_op, request.b),
-                                   (out_op, request.c)):
-                field.CopyFrom(operand.tensor(*self._cuda_ref(operand)))
-            retired, self._retired = self._retired, []
-        return _CudaProduct(request, out, retired, self._retired_done)
-
-    def _prepare_host(self, request, a_op, b_op, out, shape, dtype):
-        out_op = _Operand(out, "out") if out is not None else None
         with self._lock:
             request.session_id = self.session_id
             refs = [self._shared_ref(op) if op else None
@@ -385,10 +432,10 @@ class Client(_Session, _HostRegions, _CudaRegions):
 
     def _unregister_retired(self):
         """Unregisters the regions that answered products made stale."""
-        while True:
+        while self._retired_done:
             try:
                 region_id = self._retired_done.popleft()
-            except IndexError:
+            except IndexError:  # another thread took the last one
                 return
             self.unregister_region(region_id)
 
@@ -403,11 +450,14 @@ class Client(_Session, _HostRegions, _CudaRegions):
                 return
             self._closed = True
         self._in_flight.wait()
+        self._products.wait_stream_calls()
         with self._lock:
             segments = [s for s, _ in self._shared] + self._scratch.close()
             self._shared = []
             self._cuda_regions, self._cuda_storages = {}, {}
-            self._cuda_freed = {}
+            self._cuda_unidentified = set()
+            self._cuda_freed, self._cuda_next_freed_check = {}, {}
+            self._retired_on_answer.clear()
             self._products.close()
             self._connection = None  # ends the native session
             if self._session_call is not None:

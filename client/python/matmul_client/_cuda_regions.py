@@ -4,6 +4,7 @@ expandable-segment chunks), cached, and forgotten when torch gives memory
 back to the driver."""
 
 import ctypes
+import time
 
 from ._proto import matmul_pb2 as pb
 from ._share_handles import ExpandableSegmentHandle, parse_share_handle
@@ -60,8 +61,23 @@ def _device_uuid(device):
 
 class _CudaRegions:
     """Part of Client: CUDA tensors as (region id, offset). Uses the
-    Client's _lock and its caches _cuda_regions, _cuda_storages,
-    _cuda_freed and _retired (made and described in Client.__init__)."""
+    Client's _lock, _native and its caches _cuda_regions, _cuda_storages,
+    _cuda_freed, _cuda_next_freed_check, _cuda_unidentified and _retired
+    (made and described in Client.__init__).
+
+    A cached storage address can come to stand for other memory once torch
+    gives the allocation back to the driver and gets a new one at the same
+    address. A storage in a cudaMalloc block is recognised by the block's
+    buffer id (the driver's number for an allocation, never reused): a new
+    one at the address makes its region stale at once. torch's count of
+    bytes given back (memory_stats, which costs more) is looked at on every
+    product only for devices with storages the buffer id cannot vouch for
+    (expandable-segment chunks, whose fds and addresses are remapped in
+    place, or no id from the driver); elsewhere at most every
+    _FREED_CHECK_SECONDS, to unregister the regions of freed memory, which
+    the daemon would otherwise keep allocated."""
+
+    _FREED_CHECK_SECONDS = 0.1
 
     def _cuda_ref(self, operand):
         """(region id, offset) of a CUDA tensor: the memory behind its
@@ -72,23 +88,42 @@ class _CudaRegions:
         region that maps them back to back."""
         t = operand.value
         storage = t.untyped_storage()
+        address = storage.data_ptr()
         tensor_offset = t.storage_offset() * t.element_size()
         # Storages are looked up by address first: sharing a storage has a
         # cost (an IPC event, a ref-counter slot), and the memory at an
-        # address stays the same until torch gives it back to the driver
-        # (which _drop_stale_cuda_regions notices).
-        cached = self._cuda_storages.get(storage.data_ptr())
-        if cached is not None and cached[1] + storage.nbytes() <= cached[2]:
-            return cached[0], cached[1] + tensor_offset
+        # address stays the same while its allocation lives.
+        cached = self._cuda_storages.get(address)
+        if cached is not None:
+            if cached[4] is not None and \
+                    cached[4] != self._cuda_buffer_id(address):
+                # Another allocation at the address: the region (and every
+                # storage in it) maps the one torch freed. The product
+                # being prepared may name it already: unregistered after.
+                self._forget_cuda_regions(
+                    lambda entry: entry[0] == cached[0], defer=True)
+            elif cached[1] + storage.nbytes() <= cached[2]:
+                return cached[0], cached[1] + tensor_offset
         device = t.get_device()
-        region_id, storage_offset, region_bytes = self._share_storage(
-            storage, device)
-        self._cuda_storages[storage.data_ptr()] = (
-            region_id, storage_offset, region_bytes, device)
+        region_id, storage_offset, region_bytes, chunked = \
+            self._share_storage(storage, device)
+        buffer_id = None if chunked else self._cuda_buffer_id(address)
+        self._cuda_storages[address] = (
+            region_id, storage_offset, region_bytes, device, buffer_id)
+        if buffer_id is None:
+            self._cuda_unidentified.add(device)
         return region_id, storage_offset + tensor_offset
 
+    def _cuda_buffer_id(self, address):
+        """The driver's buffer id of the allocation at a device address, or
+        None (no native extension, or the driver does not say)."""
+        if self._native is None:
+            return None
+        return self._native.cuda_buffer_id(address)
+
     def _share_storage(self, storage, device):
-        """(region id, storage's offset in it, region size)."""
+        """(region id, storage's offset in it, region size, whether the
+        region is of expandable-segment chunks)."""
         import torch
         try:
             shared = storage._share_cuda_()
@@ -119,7 +154,8 @@ class _CudaRegions:
             # Keyed by what the handle means, not its bytes (their padding
             # is not reliably zeroed). An fd number names one chunk only
             # while torch keeps it mapped; _drop_stale_cuda_regions forgets
-            # these regions once torch unmaps anything.
+            # these regions once torch unmaps anything (looked at on every
+            # product of the device: see _check_freed_cuda_memory).
             key = ("vmm", device, memory.pid, memory.chunk_bytes, memory.fds)
             cached = self._cuda_regions.get(key)
             if cached is None:
@@ -133,7 +169,7 @@ class _CudaRegions:
                 # The whole chunks: other storages in them reuse the region.
                 cached = (response.region_id, memory.size_bytes, device)
                 self._cuda_regions[key] = cached
-            return cached[0], storage_offset, cached[1]
+            return cached[0], storage_offset, cached[1], True
         key = ("ipc", device, memory.handle)
         cached = self._cuda_regions.get(key)
         if cached is None or cached[1] < needed:
@@ -150,7 +186,7 @@ class _CudaRegions:
                                           defer=True)
             cached = (response.region_id, needed, device)
             self._cuda_regions[key] = cached
-        return cached[0], storage_offset, cached[1]
+        return cached[0], storage_offset, cached[1], False
 
     def _forget_cuda_regions(self, which, defer=False):
         """Unregisters the cached CUDA regions for which which(entry) holds
@@ -165,11 +201,26 @@ class _CudaRegions:
         self._cuda_storages = {ptr: entry for ptr, entry
                                in self._cuda_storages.items()
                                if entry[0] not in ids}
+        self._cuda_unidentified = {entry[3] for entry
+                                   in self._cuda_storages.values()
+                                   if entry[4] is None}
         if defer:
             self._retired.extend(ids)
             return
         for region_id in ids:
             self.unregister_region(region_id)
+
+    def _check_freed_cuda_memory(self, devices):
+        """_drop_stale_cuda_regions for each of `devices` (indices) that
+        needs it now: on every product where some cached storage has no
+        buffer id, else at most every _FREED_CHECK_SECONDS."""
+        now = time.monotonic()
+        for device in devices:
+            if device in self._cuda_unidentified or \
+                    now >= self._cuda_next_freed_check.get(device, now):
+                self._cuda_next_freed_check[device] = \
+                    now + self._FREED_CHECK_SECONDS
+                self._drop_stale_cuda_regions(device)
 
     def _drop_stale_cuda_regions(self, device):
         """Forgets the cached regions of `device` when torch has given

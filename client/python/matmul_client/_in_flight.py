@@ -1,7 +1,10 @@
-"""The products a Client has in flight (matmul_async): their futures, and
-the errors Client.synchronize() still has to raise."""
+"""The products a Client has in flight (matmul_async futures), the number
+that orders every product it sends, and the errors the client still has to
+raise: those of futures (at Client.synchronize()) and those of
+stream-ordered products (at the client's next call)."""
 
 import concurrent.futures
+import itertools
 import threading
 
 
@@ -10,13 +13,12 @@ class _ProductFuture(concurrent.futures.Future):
     reached the caller (through result() or exception()), so that
     synchronize() does not raise it again."""
 
-    def __init__(self, sequence, hidden):
+    _hidden = False  # handed to the caller
+
+    def __init__(self, number):
         super().__init__()
-        self._sequence = sequence
+        self._number = number
         self._error_raised = False
-        # Never handed to the caller (a stream-ordered matmul): its error
-        # raises at the client's next call.
-        self._hidden = hidden
 
     def result(self, timeout=None):
         try:
@@ -35,25 +37,48 @@ class _ProductFuture(concurrent.futures.Future):
         return error
 
 
+class _StreamFailure:
+    """A stream-ordered product that failed: no future was handed out for
+    it, so its error raises at the client's next call."""
+
+    _hidden = True
+
+    def __init__(self, number, error):
+        self._number = number
+        self._error = error
+        self._error_raised = False
+
+    def exception(self):
+        return self._error
+
+
 class _InFlight:
-    """Futures of the products in flight, and those that failed since the
-    last synchronize(). Thread-safe; finish() may run on any thread."""
+    """Futures of the products in flight, and the failures not raised yet
+    since the last synchronize(). Thread-safe; finish() may run on any
+    thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._sequence = 0
+        # Every product's number, in the order they are sent (futures and
+        # stream-ordered products alike): errors raise in that order.
+        # next() on it is atomic.
+        self._numbers = itertools.count(1)
         self._pending = set()
         self._failed = []
 
-    def start(self, hidden=False):
+    def number(self):
+        """The next product's number (a stream-ordered product's, which
+        comes back with its failure)."""
+        return next(self._numbers)
+
+    def start(self):
+        future = _ProductFuture(next(self._numbers))
+        # Running from the start: the product cannot be taken back, so
+        # cancel() says False.
+        future.set_running_or_notify_cancel()
         with self._lock:
-            self._sequence += 1
-            future = _ProductFuture(self._sequence, hidden)
-            # Running from the start: the product cannot be taken back, so
-            # cancel() says False.
-            future.set_running_or_notify_cancel()
             self._pending.add(future)
-            return future
+        return future
 
     def finish(self, future, result=None, error=None):
         """Completes `future` with `result`, or with `error` when set."""
@@ -72,33 +97,38 @@ class _InFlight:
         with self._lock:
             self._pending.discard(future)
 
+    def add_stream_failures(self, failures):
+        """Notes failed stream-ordered products: (number, error) pairs."""
+        if not failures:
+            return
+        with self._lock:
+            self._failed.extend(_StreamFailure(number, error)
+                                for number, error in failures)
+
     def wait(self):
-        """Waits until every product in flight now has finished."""
+        """Waits until every future in flight now has finished."""
         with self._lock:
             pending = list(self._pending)
         concurrent.futures.wait(pending)
 
-    def synchronize(self):
-        """wait(), then raise_failures()."""
-        self.wait()
-        self.raise_failures()
-
     def raise_failures(self, hidden_only=False):
         """Raises the first error (in the order the products were sent)
-        among the failures (only those of hidden futures, with
+        among the failures (only those of stream-ordered products, with
         `hidden_only`) that were not raised yet; later ones count as
         reported with it."""
+        if not self._failed:  # the usual case, without the lock
+            return
         with self._lock:
             failed = [f for f in self._failed
                       if f._hidden or not hidden_only]
             self._failed = [f for f in self._failed if f not in failed]
         unraised = sorted((f for f in failed if not f._error_raised),
-                          key=lambda f: f._sequence)
+                          key=lambda f: f._number)
         if not unraised:
             return
         first = unraised[0]
-        for future in unraised:
-            future._error_raised = True
+        for failure in unraised:
+            failure._error_raised = True
         error = first.exception()
         if len(unraised) > 1 and hasattr(error, "add_note"):  # Python 3.11+
             error.add_note(f"{len(unraised) - 1} more product(s) of this "

@@ -2,6 +2,7 @@
 describes it, and the shape of the product's output."""
 
 import ctypes
+import functools
 
 from ._proto import matmul_pb2 as pb
 from ._tensors import (
@@ -26,7 +27,7 @@ class _Operand:
         self.torch = _is_torch(value)
         if self.torch:
             self.shape = tuple(value.shape)
-            self.strides = tuple(value.stride())
+            self.strides = value.stride()
             self.dtype = _parse_dtype(value.dtype)
             self.cuda = value.is_cuda
         elif isinstance(value, HostTensor):
@@ -38,10 +39,15 @@ class _Operand:
                             f"got {type(value).__name__}")
         if len(self.shape) not in (2, 3):
             raise ValueError(f"{name}: rank {len(self.shape)}; expected 2 or 3")
-        if any(s < 0 for s in self.strides):
+        if min(self.strides) < 0:
             raise ValueError(f"{name}: negative strides are not supported")
-        self.nbytes = (_extent_elements(self.shape, self.strides)
-                       * _ELEMENT_BYTES[self.dtype])
+
+    @functools.cached_property
+    def nbytes(self):
+        """Bytes from element (0, 0[, 0]) to the last one (host operands
+        are copied that far)."""
+        return (_extent_elements(self.shape, self.strides)
+                * _ELEMENT_BYTES[self.dtype])
 
     def address(self):
         """Host address of element (0, 0[, 0]) (torch CPU tensors)."""
@@ -64,12 +70,18 @@ class _Operand:
             raw[:self.nbytes] = segment.view[offset:offset + self.nbytes]
 
     def tensor(self, region_id=None, offset=0):
-        t = pb.Tensor(dtype=self.dtype, shape=self.shape)
-        if self.strides != _contiguous_strides(self.shape):
-            t.strides.extend(self.strides)
-        t.region.region_id = region_id
-        t.region.offset_bytes = offset
-        return t
+        return _tensor_message(region_id, offset, self.shape, self.strides,
+                               self.dtype)
+
+
+def _tensor_message(region_id, offset, shape, strides, dtype):
+    """The pb.Tensor of an operand at `offset` bytes into a region."""
+    t = pb.Tensor(dtype=dtype, shape=shape)
+    if tuple(strides) != _contiguous_strides(shape):
+        t.strides.extend(strides)
+    t.region.region_id = region_id
+    t.region.offset_bytes = offset
+    return t
 
 
 def _output_shape(a, b, transpose_a, transpose_b):

@@ -1,7 +1,9 @@
 """How products reach the daemon: through the native extension's request
 ring (a daemon on this host, over a unix socket) or as gRPC calls. Both
 take a MatmulRequest and give a MatmulResponse, or raise MatmulError with
-the same code and message for the same failure."""
+the same code and message for the same failure. Only the ring queues CUDA
+products on a stream (given as _CudaProduct.spec, built into a request in
+C++)."""
 
 import importlib
 import os
@@ -66,6 +68,13 @@ class _GrpcProducts:
 
         future.add_done_callback(finished)
 
+    def stream_failures(self):
+        """No stream-ordered products go over gRPC."""
+        return ()
+
+    def wait_stream_calls(self):
+        pass
+
     def close(self):
         pass  # the channel closes with the client
 
@@ -102,15 +111,40 @@ class _RingProducts:
         self._ring.call_async(request.SerializeToString(),
                               _ring_timeout(timeout), finished)
 
-    def call_on_stream(self, request, stream, timeout, signal_stream, done):
-        """Queues `request` on the CUDA stream `stream` (a
-        torch.cuda.Stream) and returns without waiting; done(None, None) or
-        done(None, MatmulError) runs once the daemon answered. Raises
-        MatmulError for what fails before sending (FAILED_PRECONDITION
-        without a usable CUDA driver)."""
-        self._ring.call_on_stream(request.SerializeToString(),
-                                  stream.cuda_stream, _ring_timeout(timeout),
-                                  signal_stream, done)
+    def queue_on_stream(self, product, stream, timeout, number):
+        """Queues a CUDA product (its _CudaProduct.spec) on the CUDA
+        stream `stream` (a cudaStream_t as an int), the stream's later work
+        waiting for it, and returns its ticket without waiting. Its answer
+        runs no Python: answered_through() says when it came, and a failure
+        comes back from stream_failures() with `number`. Raises MatmulError
+        for what fails before sending (FAILED_PRECONDITION without a usable
+        CUDA driver)."""
+        return self._ring.queue_on_stream(product, stream,
+                                          _ring_timeout(timeout), number)
+
+    def call_on_stream(self, product, stream, timeout, done):
+        """Queues a CUDA product after the work queued on `stream` so far,
+        without holding up the stream's later work, and returns without
+        waiting; done(None, None) or done(None, MatmulError) runs once the
+        daemon answered. Raises as queue_on_stream."""
+        self._ring.call_on_stream(product, stream, _ring_timeout(timeout),
+                                  False, done)
+
+    def stream_failures(self):
+        """(number, MatmulError) of the queue_on_stream products that
+        failed since the last call, in the order they were sent."""
+        failures = self._ring.take_stream_failures()
+        return [(number, error) for _, number, error in failures] \
+            if failures else ()
+
+    def answered_through(self):
+        """Every queue_on_stream ticket below this one is answered."""
+        return self._ring.answered_through()
+
+    def wait_stream_calls(self):
+        """Waits until every queue_on_stream product sent so far is
+        answered (each within its own timeout)."""
+        self._ring.wait_stream_calls()
 
     def close(self):
         """Detaches the ring; products still in flight fail (CANCELLED)."""

@@ -4,9 +4,11 @@
 #include <utility>
 
 #include "client/python/native/matmul_error.h"
+#include "client/python/native/product_request.h"
 #include "client/python/native/python_callback.h"
 #include "client/python/native/without_gil.h"
 #include "matmul/v1/matmul.pb.h"
+#include "pybind11/stl.h"
 
 namespace matmul::python {
 namespace {
@@ -119,48 +121,95 @@ void Ring::CallAsync(const py::bytes& request, double timeout_s,
   if (closed) throw py::value_error("the request ring is closed");
 }
 
-void Ring::CallOnStream(const py::bytes& request, uintptr_t stream,
-                        double timeout_s, bool signal_stream,
-                        py::object callback) {
-  const v1::MatmulRequest parsed = ParseRequest(request);
+absl::Status Ring::SendOnStream(v1::MatmulRequest request, uintptr_t stream,
+                                double timeout_s, bool signal_stream,
+                                RequestRing::Callback done, bool& closed) {
+  while (true) {
+    {
+      // Shared: a call waiting for a free word pair holds up no other.
+      absl::ReaderMutexLock lock(&mu_);
+      if (ring_ == nullptr) {
+        closed = true;
+        return absl::OkStatus();
+      }
+      if (stream_calls_ != nullptr) {
+        return stream_calls_->Matmul(
+            std::move(request),
+            reinterpret_cast<StreamOrderedCalls::Stream>(stream),
+            absl::Seconds(timeout_s), std::move(done), signal_stream);
+      }
+    }
+    // The first stream-ordered product makes the calls, once, under the
+    // exclusive lock.
+    absl::MutexLock lock(&mu_);
+    if (ring_ != nullptr && stream_calls_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<StreamOrderedCalls>> calls =
+          StreamOrderedCalls::Create(connection_->client(),
+                                     connection_->session(), *ring_);
+      if (!calls.ok()) return calls.status();
+      stream_calls_ = *std::move(calls);
+    }
+  }
+}
+
+uint64_t Ring::QueueOnStream(py::handle product, uintptr_t stream,
+                             double timeout_s, uint64_t tag) {
+  v1::MatmulRequest request = ProductRequest(product, session_id_);
+  absl::Status status;
+  bool closed = false;
+  uint64_t ticket = 0;
+  {
+    py::gil_scoped_release release;
+    ticket = tickets_.Issue();
+    status = SendOnStream(
+        std::move(request), stream, timeout_s, /*signal_stream=*/true,
+        [this, ticket, tag](absl::Status answer) {
+          tickets_.Answer(ticket, std::move(answer), tag);
+        },
+        closed);
+    // Never sent: the caller gets the error, and nothing waits for it.
+    if (closed || !status.ok()) tickets_.Answer(ticket, absl::OkStatus());
+  }
+  if (closed) throw py::value_error("the request ring is closed");
+  if (!status.ok()) RaiseMatmulError(status);
+  return ticket;
+}
+
+void Ring::CallOnStream(py::handle product, uintptr_t stream, double timeout_s,
+                        bool signal_stream, py::object callback) {
+  v1::MatmulRequest request = ProductRequest(product, session_id_);
   PythonCallback done(callback);
   absl::Status status;
   bool closed = false;
   {
     py::gil_scoped_release release;
-    {
-      // Made once, under the exclusive lock.
-      absl::MutexLock lock(&mu_);
-      if (ring_ == nullptr) {
-        closed = true;
-      } else if (stream_calls_ == nullptr) {
-        absl::StatusOr<std::unique_ptr<StreamOrderedCalls>> calls =
-            StreamOrderedCalls::Create(connection_->client(),
-                                       connection_->session(), *ring_);
-        status = calls.status();
-        if (calls.ok()) stream_calls_ = *std::move(calls);
-      }
-    }
-    if (!closed && status.ok()) {
-      // Shared: a call waiting for a free word pair holds up no other.
-      absl::ReaderMutexLock lock(&mu_);
-      if (stream_calls_ == nullptr) {
-        closed = true;
-      } else {
-        status = stream_calls_->Matmul(
-            parsed, reinterpret_cast<StreamOrderedCalls::Stream>(stream),
-            absl::Seconds(timeout_s),
-            [done = std::move(done)](absl::Status answer) mutable {
-              py::gil_scoped_acquire acquire;
-              done.CallOnce(py::none(), answer.ok() ? py::object(py::none())
-                                                    : MatmulError(answer));
-            },
-            signal_stream);
-      }
-    }
+    status = SendOnStream(
+        std::move(request), stream, timeout_s, signal_stream,
+        [done = std::move(done)](absl::Status answer) mutable {
+          py::gil_scoped_acquire acquire;
+          done.CallOnce(py::none(), answer.ok() ? py::object(py::none())
+                                                : MatmulError(answer));
+        },
+        closed);
   }
   if (closed) throw py::value_error("the request ring is closed");
   if (!status.ok()) RaiseMatmulError(status);
+}
+
+py::list Ring::TakeStreamFailures() {
+  py::list failures;
+  if (!tickets_.has_failures()) return failures;
+  for (CallTickets::Failure& failure : tickets_.TakeFailures()) {
+    failures.append(py::make_tuple(failure.ticket, failure.tag,
+                                   MatmulError(failure.status)));
+  }
+  return failures;
+}
+
+bool Ring::WaitStreamCalls(std::optional<double> timeout_s) {
+  py::gil_scoped_release release;
+  return tickets_.WaitForAnswers(timeout_s ? absl::Seconds(*timeout_s)
+                                           : absl::InfiniteDuration());
 }
 
 void BindRing(py::module_& module) {
@@ -196,12 +245,29 @@ void BindRing(py::module_& module) {
            "Sends the request; callback(response_bytes, None) or "
            "callback(None, MatmulError) runs later on the ring's completion "
            "thread, with the GIL.")
-      .def("call_on_stream", &Ring::CallOnStream, py::arg("request"),
+      .def("queue_on_stream", &Ring::QueueOnStream, py::arg("product"),
+           py::arg("stream"), py::arg("timeout"), py::arg("tag"),
+           "Queues the product (a, b, c, transpose_a, transpose_b, alpha, "
+           "beta, out_dtype; see product_request) on the CUDA stream (a "
+           "cudaStream_t as an int), the stream's later work waiting for "
+           "it, and returns its ticket without waiting; a failure comes "
+           "back from take_stream_failures with `tag`.")
+      .def("call_on_stream", &Ring::CallOnStream, py::arg("product"),
            py::arg("stream"), py::arg("timeout"), py::arg("signal_stream"),
            py::arg("callback"),
-           "Queues the request on the CUDA stream (a cudaStream_t as an int) "
-           "and returns without waiting; callback(None, None) or "
-           "callback(None, MatmulError) runs once the daemon answers.")
+           "As queue_on_stream, with callback(None, None) or "
+           "callback(None, MatmulError) run once the daemon answers; with "
+           "signal_stream false the stream's later work does not wait.")
+      .def("take_stream_failures", &Ring::TakeStreamFailures,
+           "[(ticket, tag, MatmulError)] of the queue_on_stream products "
+           "that failed since the last call, by ticket.")
+      .def("answered_through", &Ring::AnsweredThrough,
+           "Every queue_on_stream ticket below this one is answered.")
+      .def("wait_stream_calls", &Ring::WaitStreamCalls,
+           py::arg("timeout") = py::none(),
+           "Waits until every queue_on_stream product queued so far is "
+           "answered (timeout in seconds, None: no limit); False when some "
+           "still were not.")
       .def("close", &Ring::Close,
            "Detaches the ring; products still in flight fail with CANCELLED.")
       .def_property_readonly("attached", &Ring::attached);

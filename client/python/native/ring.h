@@ -1,17 +1,22 @@
 // matmul::python::Ring: a request ring (matmul::RequestRing) attached to a
 // Connection's session, for the matmul_client._native extension. Requests
 // and responses cross the binding serialized (the package builds them with
-// its protobuf stubs); the wait for an answer runs without the GIL.
+// its protobuf stubs), except stream-ordered products, which the package
+// describes with plain values (product_request.h); the wait for an answer
+// runs without the GIL.
 #ifndef MATMUL_CLIENT_PYTHON_NATIVE_RING_H_
 #define MATMUL_CLIENT_PYTHON_NATIVE_RING_H_
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/call_tickets.h"
 #include "client/python/native/connection.h"
 #include "client/request_ring.h"
 #include "client/stream_ordered_calls.h"
@@ -50,13 +55,38 @@ class Ring {
   // Queues one product on the caller's CUDA stream `stream` (a
   // cudaStream_t as an integer) and returns without waiting for it
   // (matmul::StreamOrderedCalls): the work queued on the stream after the
-  // call waits for the product, unless `signal_stream` is false.
-  // `callback` runs as for CallAsync once the daemon answers (the product
-  // is then complete). Raises MatmulError for what fails before the
-  // request is sent (FAILED_PRECONDITION without a usable CUDA driver).
-  void CallOnStream(const pybind11::bytes& request, uintptr_t stream,
+  // call waits for the product. `product` is described as ProductRequest
+  // takes it. Returns the product's ticket (1, 2, 3... per ring); its
+  // outcome stays here: a failure comes back from TakeStreamFailures with
+  // `tag`, and AnsweredThrough / WaitStreamCalls say when it is answered
+  // (the product is then complete). Nothing runs in Python when the answer
+  // comes. Raises MatmulError for what fails before the request is sent
+  // (FAILED_PRECONDITION without a usable CUDA driver); that product has no
+  // ticket. Needs the GIL; releases it while sending.
+  uint64_t QueueOnStream(pybind11::handle product, uintptr_t stream,
+                         double timeout_s, uint64_t tag);
+
+  // The same with the outcome delivered to `callback`, which runs as for
+  // CallAsync once the daemon answers, as callback(None, None) or
+  // callback(None, MatmulError); with `signal_stream` false the work
+  // queued after the call does not wait for the product (the asynchronous
+  // API's products, which the daemon may batch).
+  void CallOnStream(pybind11::handle product, uintptr_t stream,
                     double timeout_s, bool signal_stream,
                     pybind11::object callback);
+
+  // The QueueOnStream products that failed since the last call, by ticket,
+  // as (ticket, tag, MatmulError); no lock when there are none.
+  pybind11::list TakeStreamFailures();
+
+  // Every QueueOnStream ticket below this one is answered.
+  uint64_t AnsweredThrough() const { return tickets_.answered_through(); }
+
+  // Waits (without the GIL) until every QueueOnStream product queued
+  // before the call is answered, up to `timeout_s` (none: no limit; each
+  // product's own timeout bounds it anyway); false when some still were
+  // not.
+  bool WaitStreamCalls(std::optional<double> timeout_s);
 
   // Detaches the ring (calls still in flight get CANCELLED through their
   // callbacks) and lets go of the connection. Waits for synchronous calls
@@ -70,7 +100,21 @@ class Ring {
  private:
   Ring(std::shared_ptr<Connection> connection,
        std::unique_ptr<RequestRing> ring)
-      : connection_(std::move(connection)), ring_(std::move(ring)) {}
+      : session_id_(connection->session().session_id()),
+        connection_(std::move(connection)),
+        ring_(std::move(ring)) {}
+
+  // Sends `request` through the stream-ordered calls (made on first use),
+  // as StreamOrderedCalls::Matmul. Sets `closed` instead when the ring is
+  // closed. Without the GIL.
+  absl::Status SendOnStream(v1::MatmulRequest request, uintptr_t stream,
+                            double timeout_s, bool signal_stream,
+                            RequestRing::Callback done, bool& closed);
+
+  const std::string session_id_;
+  // The QueueOnStream products; outlives the stream calls that answer
+  // them.
+  CallTickets tickets_;
 
   // Held shared by a call while it uses the ring, exclusively by Close
   // while it takes the ring away: a ring is never destroyed under a call.

@@ -7,9 +7,12 @@ venv's python, outside the source tree) against a CPU daemon.
 native: the extension was built and is used (products go through the
 request ring even with the gRPC Matmul call disabled), host tensors and
 torch CPU tensors give the same results as the gRPC path (and as a
-reference), matmul_async keeps 64 products in flight, and the daemon's
-errors read the same through both paths. grpc: there is no extension, the
-client falls back to gRPC, and products, matmul_async and errors work.
+reference), matmul_async keeps 64 products in flight, the daemon's
+errors read the same through both paths, the extension builds a
+stream-ordered product's request as the package's messages say it, and
+without a GPU its stream-ordered calls refuse with FAILED_PRECONDITION
+(leaving no ticket unanswered). grpc: there is no extension, the client
+falls back to gRPC, and products, matmul_async and errors work.
 """
 
 import importlib.util
@@ -25,6 +28,8 @@ import grpc
 
 import matmul_client
 from matmul_client import HostTensor, MatmulError
+from matmul_client._cuda_product import _CudaProduct
+from matmul_client._proto import matmul_pb2 as pb
 
 
 # A client in an interpreter where matmul_client._native does not import:
@@ -246,6 +251,8 @@ def check_native(target):
     check(all(code == grpc.StatusCode.INVALID_ARGUMENT
               for code, _ in ring_errors), ring_errors)
 
+    check_stream_calls_without_a_gpu(ring)
+
     # Where the extension does not import, the client falls back to gRPC
     # with the same results (a fresh interpreter that cannot import it).
     a, b, transpose_b, _ = host_cases(rng)[2]
@@ -261,7 +268,56 @@ def check_native(target):
     print(f"native: {len(host_cases(rng))} host shapes and torch CPU "
           f"tensors, 64 products sent at once ({in_flight} in flight after "
           f"the last was sent), {len(ring_errors)} errors equal through the "
-          "ring and gRPC, the gRPC fallback")
+          "ring and gRPC, stream-ordered requests built in C++, the gRPC "
+          "fallback")
+
+
+def check_stream_calls_without_a_gpu(client):
+    """The C++ request of a stream-ordered product is the package's message
+    for it; with no GPU the ring refuses such products before sending,
+    and their tickets count as answered."""
+    from matmul_client import _native
+    bf16, fp32 = pb.DTYPE_BF16, pb.DTYPE_FP32
+    products = [
+        (("ra", 64, (16, 32), (32, 1), bf16),
+         ("rb", 0, (24, 32), (32, 1), bf16),
+         ("rc", 128, (16, 24), (24, 1), bf16), False, True, 1.0, 0.0, bf16),
+        # Strided a and c, a batch, beta and fp32 out.
+        (("ra", 0, (2, 32, 16), (1024, 1, 32), bf16),
+         ("rb", 4096, (2, 32, 24), (0, 24, 1), bf16),
+         ("rc", 0, (2, 16, 24), (800, 48, 1), fp32), True, False, 0.5,
+         2.0, fp32),
+    ]
+    for spec in products:
+        want = _CudaProduct("session-7", spec, None, [], None).request
+        got = pb.MatmulRequest.FromString(
+            _native.product_request(spec, "session-7"))
+        check(got == want, f"C++ request {got} != Python's {want}")
+    for bad in (products[0][:7], products[0][:2] + (("rc", 0),) +
+                products[0][3:]):
+        try:
+            _native.product_request(bad, "s")
+        except (TypeError, ValueError):
+            pass
+        else:
+            raise AssertionError(f"product_request took {bad}")
+    check(_native.cuda_buffer_id(0x1000) is None,
+          "a buffer id for an address that is no CUDA allocation")
+    import torch
+    if torch.cuda.is_available():
+        return  # the products would be sent (to a CPU daemon)
+    ring = client._products._ring
+    for _ in range(2):
+        try:
+            ring.queue_on_stream(products[0], 0, 5.0, 41)
+        except MatmulError as error:
+            check(error.code == grpc.StatusCode.FAILED_PRECONDITION, error)
+        else:
+            raise AssertionError("a stream-ordered call without a GPU")
+    check(ring.answered_through() == 3,
+          f"answered through {ring.answered_through()}, expected 3")
+    check(ring.wait_stream_calls(0.0), "unsent products are waited for")
+    check(ring.take_stream_failures() == [], "unsent products failed")
 
 
 def check_without_extension(target):

@@ -18,8 +18,10 @@ from unittest import mock
 if not os.environ.get("MATMUL_CLIENT_TEST_INSTALLED"):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from fake_torch import FakeStorage, FakeTensor, fake_torch  # noqa: E402
+
 import matmul_client  # noqa: E402
-from matmul_client import _client, _cuda_regions  # noqa: E402
+from matmul_client import _client, _cuda_product, _cuda_regions  # noqa: E402
 from matmul_client._share_handles import (  # noqa: E402
     CudaIpcHandle,
     ExpandableSegmentHandle,
@@ -134,55 +136,6 @@ class ParseShareHandleTest(unittest.TestCase):
 # --- the client, against a fake torch ------------------------------------
 
 
-class FakeStorage:
-    def __init__(self, torch, address, nbytes, handle, offset):
-        self.torch, self.address, self.size = torch, address, nbytes
-        self.handle, self.offset = handle, offset
-
-    def data_ptr(self):
-        return self.address
-
-    def nbytes(self):
-        return self.size
-
-    def _share_cuda_(self):
-        self.torch.shares += 1
-        return (0, self.handle, self.size, self.offset, b"refcount", 8,
-                b"event", True)
-
-
-class FakeTensor:
-    def __init__(self, storage, element_offset=0):
-        self.storage, self.element_offset = storage, element_offset
-
-    def untyped_storage(self):
-        return self.storage
-
-    def storage_offset(self):
-        return self.element_offset
-
-    def element_size(self):
-        return 2
-
-    def get_device(self):
-        return 0
-
-
-def fake_torch():
-    torch = types.ModuleType("torch")
-    torch.shares = 0
-    torch.freed = 0
-    torch.released = []
-    torch.UntypedStorage = types.SimpleNamespace(
-        _release_ipc_counter_cuda=lambda *args: torch.released.append(args))
-    torch.cuda = types.SimpleNamespace(
-        memory_stats_as_nested_dict=lambda device: {
-            "reserved_bytes": {"all": {"freed": torch.freed}}},
-        get_device_properties=lambda device: types.SimpleNamespace(
-            uuid="1234abcd-0000-0000-0000-000000000000"))
-    return torch
-
-
 class ClientCudaRegionsTest(unittest.TestCase):
     def setUp(self):
         self.torch = fake_torch()
@@ -198,6 +151,15 @@ class ClientCudaRegionsTest(unittest.TestCase):
                                          "_let_the_daemon_take_fds")
         self.let_ptrace = self.ptracer.start()
         self.addCleanup(self.ptracer.stop)
+        # address -> the driver's buffer id there; None: the driver does
+        # not say (as without the native extension).
+        self.buffer_ids = {}
+        self.client._cuda_buffer_id = self.buffer_ids.get
+        self.now = 1000.0
+        clock = mock.patch.object(_cuda_regions.time, "monotonic",
+                                  lambda: self.now)
+        clock.start()
+        self.addCleanup(clock.stop)
 
     def fake_register(self, request):
         self.registered.append(request)
@@ -205,8 +167,17 @@ class ClientCudaRegionsTest(unittest.TestCase):
             region_id=f"r{len(self.registered)}")
 
     def ref(self, tensor):
-        self.client._drop_stale_cuda_regions(tensor.get_device())
+        """As the client prepares a product with this tensor."""
+        self.client._check_freed_cuda_memory({tensor.get_device()})
         return self.client._cuda_ref(types.SimpleNamespace(value=tensor))
+
+    def answer_the_product(self):
+        """As the product prepared last is answered: the regions retired
+        while it was prepared are unregistered."""
+        retired, self.client._retired = self.client._retired, []
+        _cuda_product._CudaProduct(None, None, None, retired,
+                                   self.client._retired_done).release()
+        self.client._unregister_retired()
 
     def test_an_expandable_segment_becomes_one_chunked_vmm_region(self):
         handle = expandable([21, 22, 23], pid=os.getpid(), version=3)
@@ -282,15 +253,81 @@ class ClientCudaRegionsTest(unittest.TestCase):
         self.assertEqual(self.registered[1].cuda_ipc.size_bytes, 2 * MiB)
         self.assertEqual(self.unregistered, [])
         # The product takes the stale ids along; its answer hands them back.
-        retired, self.client._retired = self.client._retired, []
-        self.assertEqual(retired, ["r1"])
-        _client._CudaProduct(None, None, retired,
-                             self.client._retired_done).release()
-        self.client._unregister_retired()
+        self.assertEqual(self.client._retired, ["r1"])
+        self.answer_the_product()
         self.assertEqual(self.unregistered, ["r1"])
         # The first storage now goes through the larger region.
         self.assertEqual(self.ref(FakeTensor(block)), ("r2", 0))
         self.assertEqual(len(self.registered), 2)
+
+    def test_another_allocation_at_a_cached_address_is_registered_anew(self):
+        address = 0x7100_0000_0000
+        self.buffer_ids[address] = 11
+        block = FakeStorage(self.torch, address, MiB, b"\x02c" + IPC, 0)
+        self.assertEqual(self.ref(FakeTensor(block)), ("r1", 0))
+        self.assertEqual(self.ref(FakeTensor(block, 8)), ("r1", 16))
+        self.assertEqual(self.torch.shares, 1)
+        # torch gave the block back and cudaMalloc put a new one at the
+        # same address (another buffer id and IPC handle), with no time for
+        # the freed-bytes count to be looked at again.
+        self.buffer_ids[address] = 12
+        block = FakeStorage(self.torch, address, MiB,
+                            b"\x02c" + bytes(reversed(IPC)), 0)
+        self.assertEqual(self.ref(FakeTensor(block)), ("r2", 0))
+        self.assertEqual(self.torch.shares, 2)
+        self.assertEqual(self.registered[1].cuda_ipc.handle,
+                         bytes(reversed(IPC)))
+        # The old region is unregistered once the product is answered.
+        self.assertEqual(self.unregistered, [])
+        self.answer_the_product()
+        self.assertEqual(self.unregistered, ["r1"])
+        # The new one is cached under the new id.
+        self.assertEqual(self.ref(FakeTensor(block, 4)), ("r2", 8))
+        self.assertEqual(self.torch.shares, 2)
+
+    def test_freed_bytes_are_looked_at_rarely_where_buffer_ids_vouch(self):
+        address = 0x7100_0000_0000
+        self.buffer_ids[address] = 11
+        block = FakeStorage(self.torch, address, MiB, b"\x02c" + IPC, 0)
+        for _ in range(50):
+            self.assertEqual(self.ref(FakeTensor(block)), ("r1", 0))
+            self.now += 0.001
+        self.assertEqual(self.torch.freed_looks, 1)
+        self.now += _cuda_regions._CudaRegions._FREED_CHECK_SECONDS
+        self.ref(FakeTensor(block))
+        self.assertEqual(self.torch.freed_looks, 2)
+        # Memory given back since: at the next look (not before), every
+        # region of the device is forgotten, which unregisters what the
+        # daemon still holds.
+        self.torch.freed += MiB
+        self.assertEqual(self.ref(FakeTensor(block)), ("r1", 0))
+        self.assertEqual(self.unregistered, [])
+        self.now += _cuda_regions._CudaRegions._FREED_CHECK_SECONDS
+        self.assertEqual(self.ref(FakeTensor(block)), ("r2", 0))
+        self.assertEqual(self.unregistered, ["r1"])
+        self.assertEqual(self.torch.freed_looks, 3)
+
+    def test_freed_bytes_are_looked_at_on_every_product_without_ids(self):
+        # Expandable-segment chunks: buffer ids do not vouch for them.
+        chunks = FakeStorage(self.torch, 0x7000_0000_0000, MiB,
+                             expandable([21], pid=os.getpid()), 0)
+        self.buffer_ids[0x7000_0000_0000] = 5
+        for _ in range(3):
+            self.ref(FakeTensor(chunks))
+        self.assertEqual(self.torch.freed_looks, 3)
+        self.assertEqual(self.client._cuda_unidentified, {0})
+        # Forgetting them ends that.
+        self.client.release_cuda_regions()
+        self.assertEqual(self.client._cuda_unidentified, set())
+        # A cudaMalloc block for which the driver gives no id (as without
+        # the native extension): every product too.
+        block = FakeStorage(self.torch, 0x7100_0000_0000, MiB,
+                            b"\x02c" + IPC, 0)
+        self.ref(FakeTensor(block))
+        looks = self.torch.freed_looks
+        for _ in range(3):
+            self.ref(FakeTensor(block))
+        self.assertEqual(self.torch.freed_looks, looks + 3)
 
     def test_release_cuda_regions(self):
         self.ref(FakeTensor(FakeStorage(self.torch, 1 << 40, MiB,

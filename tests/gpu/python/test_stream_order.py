@@ -11,6 +11,7 @@ with the work queued before it (it does not wait for the device).
         discover -s tests/gpu/python -p 'test_stream*'
 """
 
+import os
 import time
 import unittest
 
@@ -100,6 +101,60 @@ class StreamOrderTest(unittest.TestCase):
                         f"had drained its queue ({returned_after:.3f} s)")
         self.assertLess(gpu_env.relative_error(y, x.float() @ w.float().T),
                         1e-2)
+
+    def test_a_daemon_error_raises_at_a_later_call_and_at_synchronize(self):
+        client = matmul_client.Client(self.target)  # its errors its own
+        self.addCleanup(client.close)
+        x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(96, 128, device="cuda", dtype=torch.bfloat16)
+        bad = torch.randn(96, 100, device="cuda", dtype=torch.bfloat16)
+        client.matmul(x, bad, transpose_b=True)  # returns: stream-ordered
+        client.matmul(x, bad, transpose_b=True)
+        with self.assertRaises(matmul_client.MatmulError) as caught:
+            client.synchronize()
+        self.assertIn("inner dimensions disagree", str(caught.exception))
+        client.synchronize()  # the second counted as reported with it
+
+        client.matmul(x, bad, transpose_b=True)
+        deadline = time.monotonic() + 30
+        with self.assertRaises(matmul_client.MatmulError) as caught:
+            while time.monotonic() < deadline:
+                client.matmul(x, w, transpose_b=True)
+                torch.cuda.synchronize()
+        self.assertIn("inner dimensions disagree", str(caught.exception))
+        y = client.matmul(x, w, transpose_b=True)
+        client.synchronize()
+        self.assertLess(gpu_env.relative_error(y, x.float() @ w.float().T),
+                        1e-2)
+
+    def test_a_new_block_at_a_cached_address_is_read_afresh(self):
+        if "expandable_segments:True" in os.environ.get(
+                "PYTORCH_CUDA_ALLOC_CONF", ""):
+            self.skipTest("expandable segments: freed bytes are looked at "
+                          "on every product")
+        client = matmul_client.Client(self.target)
+        self.addCleanup(client.close)
+        # Only the buffer id can tell the blocks apart.
+        client._FREED_CHECK_SECONDS = 3600.0
+        w = torch.randn(N, 2048, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+        address = x.data_ptr()
+        y = client.matmul(x, w, transpose_b=True)
+        client.synchronize()
+        self.assertLess(gpu_env.relative_error(y, x.float() @ w.float().T),
+                        1e-2)
+        if client._native.cuda_buffer_id(address) is None:
+            self.skipTest("the driver gives no buffer ids")
+        del x, y
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # the block goes back to the driver
+        x = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+        if x.data_ptr() != address:
+            self.skipTest("the new block is elsewhere: nothing cached there")
+        y = client.matmul(x, w, transpose_b=True)
+        client.synchronize()
+        self.assertLess(gpu_env.relative_error(y, x.float() @ w.float().T),
+                        1e-2, "the product read the freed block")
 
 
 if __name__ == "__main__":

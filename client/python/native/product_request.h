@@ -1,0 +1,33 @@
+// matmul::python::ProductRequest: the MatmulRequest of a product that the
+// Python client describes with plain values instead of protobuf messages,
+// so that a stream-ordered product builds no message in Python:
+//
+//   product = (a, b, c, transpose_a, transpose_b, alpha, beta, out_dtype)
+//   operand = (region_id, offset_bytes, shape, strides, dtype)
+//
+// shape and strides are tuples of ints (strides in elements; contiguous
+// row-major ones are left out of the request, as the package's own
+// messages leave them), dtype and out_dtype DType numbers. The daemon
+// checks what the values mean; only their form is checked here.
+#ifndef MATMUL_CLIENT_PYTHON_NATIVE_PRODUCT_REQUEST_H_
+#define MATMUL_CLIENT_PYTHON_NATIVE_PRODUCT_REQUEST_H_
+
+#include <string>
+
+#include "matmul/v1/matmul.pb.h"
+#include "pybind11/pybind11.h"
+
+namespace matmul::python {
+
+// The request for `product` in `session_id`; raises TypeError or
+// ValueError when `product` does not have the form above. Needs the GIL.
+v1::MatmulRequest ProductRequest(pybind11::handle product,
+                                 const std::string& session_id);
+
+// Adds product_request(product, session_id) -> serialized MatmulRequest to
+// the module (the tests compare it with the package's messages).
+void BindProductRequest(pybind11::module_& module);
+
+}  // namespace matmul::python
+
+#endif  // MATMUL_CLIENT_PYTHON_NATIVE_PRODUCT_REQUEST_H_
