@@ -1,0 +1,370 @@
+// Issue 22, rung 1: C[M,N] = A[M,K] * B[N,K]^T (NT, BF16 in, BF16 out, FP32
+// accumulate) on sm_90a with TMA loads (128-byte swizzle) into a ring of
+// shared-memory stages guarded by mbarriers, one producer warpgroup and two
+// consumer warpgroups issuing wgmma m64n256k16, a 128x256x64 tile per
+// block, a plain (non-persistent) grid. The harness checks it against
+// cuBLASLt on the same random operands (NaN-poisoned output first) and
+// times both with CUDA events.
+//
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a
+//        kernels/hopper/wgmma_rung1.cu -lcublasLt -o wgmma-rung1
+//   ./wgmma-rung1 [M N K]
+#include <cublasLt.h>
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+namespace {
+
+constexpr int kBlockM = 128;
+constexpr int kBlockN = 256;
+constexpr int kBlockK = 64;  // 64 BF16 = 128 bytes: one swizzle row
+constexpr int kStages = 4;
+constexpr int kThreads = 384;  // producer WG + 2 consumer WGs
+constexpr int kATileBytes = kBlockM * kBlockK * 2;
+constexpr int kBTileBytes = kBlockN * kBlockK * 2;
+constexpr int kStageBytes = kATileBytes + kBTileBytes;
+constexpr int kSharedBytes = kStages * kStageBytes + 1024;  // + alignment
+
+#include "wgmma_m64n256k16.inc"
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void BarrierInit(uint64_t* bar, int count) {
+  asm volatile(
+      "mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(SharedAddress(bar)),
+      "r"(count));
+}
+
+__device__ __forceinline__ void BarrierExpectTx(uint64_t* bar, int bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   SharedAddress(bar)),
+               "r"(bytes));
+}
+
+__device__ __forceinline__ void BarrierArrive(uint64_t* bar) {
+  asm volatile(
+      "mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(SharedAddress(bar)));
+}
+
+__device__ __forceinline__ void BarrierWait(uint64_t* bar, int parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n}\n" ::"r"(SharedAddress(bar)),
+      "r"(parity));
+}
+
+__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map,
+                                          uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(SharedAddress(dst)),
+      "l"(map), "r"(SharedAddress(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+
+// A K-major operand tile in shared memory, 128-byte swizzled: rows of 128
+// bytes, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t SmemDescriptor(const void* p) {
+  const uint64_t address = SharedAddress(p);
+  uint64_t desc = (address & 0x3FFFF) >> 4;
+  desc |= uint64_t{1} << 16;          // leading byte offset (unused: swizzled)
+  desc |= uint64_t{1024 >> 4} << 32;  // stride byte offset: 8 rows
+  desc |= uint64_t{1} << 62;          // 128-byte swizzle
+  return desc;
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    GemmNtRung1(const __grid_constant__ CUtensorMap a_map,
+                const __grid_constant__ CUtensorMap b_map, __nv_bfloat16* c,
+                int m, int n, int k) {
+  extern __shared__ __align__(1024) unsigned char raw[];
+  unsigned char* shared = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  __shared__ __align__(8) uint64_t full[kStages];
+  __shared__ __align__(8) uint64_t empty[kStages];
+
+  const int warpgroup = threadIdx.x / 128;
+  const int tile_m = blockIdx.y * kBlockM;
+  const int tile_n = blockIdx.x * kBlockN;
+  const int k_tiles = (k + kBlockK - 1) / kBlockK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      BarrierInit(&full[s], 1);
+      BarrierInit(&empty[s], 2);  // one arrive per consumer warpgroup
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      for (int t = 0; t < k_tiles; ++t) {
+        const int s = t % kStages;
+        if (t >= kStages) BarrierWait(&empty[s], ((t / kStages) - 1) & 1);
+        unsigned char* stage = shared + s * kStageBytes;
+        BarrierExpectTx(&full[s], kStageBytes);
+        TmaLoad2d(stage, &a_map, &full[s], t * kBlockK, tile_m);
+        TmaLoad2d(stage + kATileBytes, &b_map, &full[s], t * kBlockK, tile_n);
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+  const int consumer = warpgroup - 1;  // rows 64*consumer.. of the tile
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+
+  for (int t = 0; t < k_tiles; ++t) {
+    const int s = t % kStages;
+    BarrierWait(&full[s], (t / kStages) & 1);
+    const unsigned char* stage = shared + s * kStageBytes;
+    const uint64_t desc_a = SmemDescriptor(stage + consumer * 64 * kBlockK * 2);
+    const uint64_t desc_b = SmemDescriptor(stage + kATileBytes);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / 16; ++kk) {
+      // 16 BF16 further along K: 32 bytes, 2 in the descriptor's units.
+      WgmmaM64N256K16(acc, desc_a + 2 * kk, desc_b + 2 * kk, 1);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if (threadIdx.x % 128 == 0) BarrierArrive(&empty[s]);
+  }
+
+  // Accumulator layout of m64nN: warp w of the warpgroup holds rows
+  // 16w..16w+15; lane l holds rows l/4 and l/4+8, columns 2(l%4)+8j, +1.
+  const int lane = threadIdx.x % 32;
+  const int warp = (threadIdx.x % 128) / 32;
+  const int row0 = tile_m + consumer * 64 + warp * 16 + lane / 4;
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) {
+    const int col = tile_n + 8 * j + 2 * (lane % 4);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = row0 + 8 * half;
+      if (row >= m) continue;
+      const float x = acc[4 * j + 2 * half];
+      const float y = acc[4 * j + 2 * half + 1];
+      if (col + 1 < n && (n % 2) == 0) {
+        *reinterpret_cast<__nv_bfloat162*>(c + int64_t{row} * n + col) =
+            __floats2bfloat162_rn(x, y);
+      } else {
+        if (col < n) c[int64_t{row} * n + col] = __float2bfloat16(x);
+        if (col + 1 < n) c[int64_t{row} * n + col + 1] = __float2bfloat16(y);
+      }
+    }
+  }
+}
+
+#define CHECK_CUDA(x)                                                \
+  do {                                                               \
+    cudaError_t e = (x);                                             \
+    if (e != cudaSuccess) {                                          \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, \
+                   cudaGetErrorString(e));                           \
+      std::exit(1);                                                  \
+    }                                                                \
+  } while (0)
+#define CHECK_LT(x)                                                         \
+  do {                                                                      \
+    cublasStatus_t s = (x);                                                 \
+    if (s != CUBLAS_STATUS_SUCCESS) {                                       \
+      std::fprintf(stderr, "%s:%d %s: status %d\n", __FILE__, __LINE__, #x, \
+                   static_cast<int>(s));                                    \
+      std::exit(1);                                                         \
+    }                                                                       \
+  } while (0)
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t,
+                                 void*, const cuuint64_t*, const cuuint64_t*,
+                                 const cuuint32_t*, const cuuint32_t*,
+                                 CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion,
+                                 CUtensorMapFloatOOBfill);
+
+// A row-major [rows, cols] BF16 matrix (cols contiguous) in boxes of
+// [box_rows, 64], 128-byte swizzled.
+CUtensorMap KMajorMap(EncodeTiled encode, const void* data, int rows, int cols,
+                      int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols),
+                              static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * 2};
+  const cuuint32_t box[2] = {kBlockK, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(data),
+             dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "cuTensorMapEncodeTiled: %d\n", static_cast<int>(r));
+    std::exit(1);
+  }
+  return map;
+}
+
+// cuBLASLt's fastest of its top-8 for C = A * B^T (row-major), timed.
+struct Baseline {
+  cublasLtHandle_t handle;
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos;
+  int best = 0;
+  void* workspace = nullptr;
+  size_t workspace_bytes = size_t{32} << 20;
+};
+
+void RunBaseline(const Baseline& base, int algo, const void* a, const void* b,
+                 void* c, cudaStream_t stream) {
+  const float alpha = 1.0f, beta = 0.0f;
+  // Row-major C[M,N] = A[M,K] B[N,K]^T is column-major C^T[N,M] =
+  // B[N,K] (as K x N col-major, transposed) * A^T.
+  CHECK_LT(cublasLtMatmul(base.handle, base.op, &alpha, b, base.lb, a, base.la,
+                          &beta, c, base.lc, c, base.lc, &base.algos[algo].algo,
+                          base.workspace, base.workspace_bytes, stream));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int m = argc > 3 ? std::atoi(argv[1]) : 5120;
+  const int n = argc > 3 ? std::atoi(argv[2]) : 11008;
+  const int k = argc > 3 ? std::atoi(argv[3]) : 2048;
+  const int reps = 50;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+
+  std::mt19937 rng(22);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<__nv_bfloat16> ha(size_t{1} * m * k), hb(size_t{1} * n * k);
+  for (auto& x : ha) x = __float2bfloat16(normal(rng));
+  for (auto& x : hb) x = __float2bfloat16(normal(rng));
+  __nv_bfloat16 *a, *b, *c, *c_ref;
+  CHECK_CUDA(cudaMalloc(&a, ha.size() * 2));
+  CHECK_CUDA(cudaMalloc(&b, hb.size() * 2));
+  CHECK_CUDA(cudaMalloc(&c, size_t{2} * m * n));
+  CHECK_CUDA(cudaMalloc(&c_ref, size_t{2} * m * n));
+  CHECK_CUDA(cudaMemcpy(a, ha.data(), ha.size() * 2, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(b, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemset(c, 0xFF, size_t{2} * m * n));  // NaN poison
+
+  void* encode_fn = nullptr;
+  cudaDriverEntryPointQueryResult query;
+  CHECK_CUDA(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &encode_fn,
+                                     cudaEnableDefault, &query));
+  auto encode = reinterpret_cast<EncodeTiled>(encode_fn);
+  const CUtensorMap a_map = KMajorMap(encode, a, m, k, kBlockM);
+  const CUtensorMap b_map = KMajorMap(encode, b, n, k, kBlockN);
+
+  CHECK_CUDA(cudaFuncSetAttribute(
+      GemmNtRung1, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+  const dim3 grid((n + kBlockN - 1) / kBlockN, (m + kBlockM - 1) / kBlockM);
+  auto ours = [&] {
+    GemmNtRung1<<<grid, kThreads, kSharedBytes, stream>>>(a_map, b_map, c, m, n,
+                                                          k);
+  };
+
+  Baseline base;
+  CHECK_LT(cublasLtCreate(&base.handle));
+  CHECK_LT(cublasLtMatmulDescCreate(&base.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t trans = CUBLAS_OP_T, none = CUBLAS_OP_N;
+  CHECK_LT(cublasLtMatmulDescSetAttribute(base.op, CUBLASLT_MATMUL_DESC_TRANSA,
+                                          &trans, sizeof(trans)));
+  CHECK_LT(cublasLtMatmulDescSetAttribute(base.op, CUBLASLT_MATMUL_DESC_TRANSB,
+                                          &none, sizeof(none)));
+  CHECK_LT(cublasLtMatrixLayoutCreate(&base.lb, CUDA_R_16BF, k, n, k));
+  CHECK_LT(cublasLtMatrixLayoutCreate(&base.la, CUDA_R_16BF, k, m, k));
+  CHECK_LT(cublasLtMatrixLayoutCreate(&base.lc, CUDA_R_16BF, n, m, n));
+  CHECK_CUDA(cudaMalloc(&base.workspace, base.workspace_bytes));
+  cublasLtMatmulPreference_t pref;
+  CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+  CHECK_LT(cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &base.workspace_bytes,
+      sizeof(base.workspace_bytes)));
+  base.algos.resize(8);
+  int found = 0;
+  CHECK_LT(cublasLtMatmulAlgoGetHeuristic(base.handle, base.op, base.lb,
+                                          base.la, base.lc, base.lc, pref, 8,
+                                          base.algos.data(), &found));
+  base.algos.resize(found);
+
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  auto time_ms = [&](auto&& fn) {
+    for (int i = 0; i < 5; ++i) fn();
+    std::vector<float> ms(reps);
+    for (int i = 0; i < reps; ++i) {
+      CHECK_CUDA(cudaEventRecord(start, stream));
+      fn();
+      CHECK_CUDA(cudaEventRecord(stop, stream));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      CHECK_CUDA(cudaEventElapsedTime(&ms[i], start, stop));
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[reps / 2];
+  };
+  float best_ms = 1e30f;
+  for (int i = 0; i < found; ++i) {
+    const float t = time_ms([&] { RunBaseline(base, i, a, b, c_ref, stream); });
+    if (t < best_ms) {
+      best_ms = t;
+      base.best = i;
+    }
+  }
+
+  // Correctness first, on the poisoned output.
+  ours();
+  CHECK_CUDA(cudaGetLastError());
+  RunBaseline(base, base.best, a, b, c_ref, stream);
+  CHECK_CUDA(cudaStreamSynchronize(stream));
+  std::vector<__nv_bfloat16> hc(size_t{1} * m * n), hr(size_t{1} * m * n);
+  CHECK_CUDA(cudaMemcpy(hc.data(), c, hc.size() * 2, cudaMemcpyDeviceToHost));
+  CHECK_CUDA(
+      cudaMemcpy(hr.data(), c_ref, hr.size() * 2, cudaMemcpyDeviceToHost));
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < hc.size(); ++i) {
+    const double x = __bfloat162float(hc[i]), y = __bfloat162float(hr[i]);
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  const double error = std::sqrt(diff / norm);
+
+  // Interleaved timing: ours, cuBLASLt's best, repeated.
+  std::vector<float> ours_ms, theirs_ms;
+  for (int r = 0; r < 5; ++r) {
+    ours_ms.push_back(time_ms(ours));
+    theirs_ms.push_back(
+        time_ms([&] { RunBaseline(base, base.best, a, b, c_ref, stream); }));
+  }
+  std::sort(ours_ms.begin(), ours_ms.end());
+  std::sort(theirs_ms.begin(), theirs_ms.end());
+  const double flop = 2.0 * m * n * k;
+  const double ours_tf = flop / (ours_ms[2] * 1e-3) * 1e-12;
+  const double theirs_tf = flop / (theirs_ms[2] * 1e-3) * 1e-12;
+  std::printf(
+      "rung1 %dx%dx%d NT: rel err %.2e (%s); ours %.1f TFLOP/s (%.1f..%.1f), "
+      "cuBLASLt algo %d of %d %.1f TFLOP/s; ratio %.3f\n",
+      m, n, k, error, error < 1e-2 ? "ok" : "WRONG", ours_tf,
+      flop / (ours_ms[4] * 1e-3) * 1e-12, flop / (ours_ms[0] * 1e-3) * 1e-12,
+      base.best, found, theirs_tf, ours_tf / theirs_tf);
+  return error < 1e-2 ? 0 : 1;
+}
