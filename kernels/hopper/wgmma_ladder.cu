@@ -27,19 +27,21 @@ namespace {
 
 constexpr int kBlockM = 128;
 constexpr int kBlockN = 256;
-constexpr int kBlockK = 64;  // 64 BF16 = 128 bytes: one swizzle row
-constexpr int kStages = 4;
+constexpr int kBlockK = 64;    // 64 BF16 = 128 bytes: one swizzle row
 constexpr int kThreads = 384;  // producer WG + 2 consumer WGs
 constexpr int kATileBytes = kBlockM * kBlockK * 2;
 constexpr int kBTileBytes = kBlockN * kBlockK * 2;
 constexpr int kStageBytes = kATileBytes + kBTileBytes;
 // The TMA-store epilogue stages each consumer's 64x256 part of the output
-// in 64x64 chunks (one 128-byte swizzle row wide), two buffers a consumer.
+// in 64x64 chunks (one 128-byte swizzle row wide).
 constexpr int kChunkCols = 64;
 constexpr int kChunkBytes = 64 * kChunkCols * 2;
-constexpr int kOutBytes = 2 * 2 * kChunkBytes;
-constexpr int kSharedBytes =
-    kStages * kStageBytes + kOutBytes + 1024;  // + alignment
+constexpr int kChunks = kBlockN / kChunkCols;
+
+// Stages plus `out_buffers` chunk buffers for each consumer, + alignment.
+constexpr int SharedBytes(int stages, int out_buffers) {
+  return stages * kStageBytes + 2 * out_buffers * kChunkBytes + 1024;
+}
 
 #include "wgmma_m64n256k16.inc"
 
@@ -110,29 +112,17 @@ __device__ __forceinline__ void TileOrigin(int tile, int tiles_m, int tiles_n,
   *tile_n = (in_group / rows) * kBlockN;
 }
 
-// A wait whose arrivals may come from other blocks of the cluster.
-__device__ __forceinline__ void ClusterBarrierWait(uint64_t* bar, int parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], "
-      "%1;\n"
-      "@!done bra WAIT_%=;\n}\n" ::"r"(SharedAddress(bar)),
-      "r"(parity)
-      : "memory");
-}
-
 // Arrives at the barrier at the same shared-memory offset in cluster block
-// `rank`.
+// `rank`. The default (CTA-scope) release suffices: what it orders is the
+// completion of this block's wgmma reads of the peer's stage, and a
+// cluster-scope release costs a memory barrier on every stage.
 __device__ __forceinline__ void ClusterBarrierArrive(uint64_t* bar, int rank) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
                : "=r"(remote)
                : "r"(SharedAddress(bar)), "r"(rank));
-  asm volatile(
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(
-          remote)
-      : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote)
+               : "memory");
 }
 
 __device__ __forceinline__ void ClusterSync() {
@@ -182,22 +172,29 @@ __device__ __forceinline__ void WarpgroupSync(int consumer) {
 // Writes rows [64*consumer, +64) of the accumulator tile to C through
 // shared memory: each 64-column chunk goes into a 128-byte swizzled buffer
 // (conflict-free for the accumulator layout) and out with one TMA store,
-// which runs on while the consumer goes on to its next tile. The buffer a
-// chunk reuses was read out two stores earlier.
+// which runs on while the consumer goes on to its next tile. With
+// kBuffers < kChunks a chunk reuses the buffer of the store kBuffers
+// earlier once that has been read out; with a buffer per chunk, the only
+// wait is for the previous tile's stores, long done.
+template <int kBuffers, bool kIssueStores = true>
 __device__ __forceinline__ void StoreThroughShared(const float (&acc)[128],
                                                    const CUtensorMap* c_map,
                                                    unsigned char* out,
                                                    int consumer, int tile_m,
                                                    int tile_n) {
+  static_assert(kBuffers == kChunks || kBuffers == 2);
   const int thread = threadIdx.x % 128;
   const bool issues = thread == 0;
   const int lane = thread % 32;
   const int warp = thread / 32;
 #pragma unroll
-  for (int chunk = 0; chunk < kBlockN / kChunkCols; ++chunk) {
-    unsigned char* buffer = out + (consumer * 2 + chunk % 2) * kChunkBytes;
-    if (issues) TmaStoreWaitRead<1>();
-    WarpgroupSync(consumer);
+  for (int chunk = 0; chunk < kChunks; ++chunk) {
+    unsigned char* buffer =
+        out + (consumer * kBuffers + chunk % kBuffers) * kChunkBytes;
+    if (chunk % kBuffers == 0 || kBuffers < kChunks) {
+      if (issues) TmaStoreWaitRead < kBuffers<kChunks ? kBuffers - 1 : 0>();
+      WarpgroupSync(consumer);
+    }
 #pragma unroll
     for (int j = 0; j < kChunkCols / 8; ++j) {
       const int jj = chunk * (kChunkCols / 8) + j;
@@ -213,19 +210,74 @@ __device__ __forceinline__ void StoreThroughShared(const float (&acc)[128],
                                   acc[4 * jj + 2 * half + 1]);
       }
     }
-    // The generic-proxy writes above must be visible to the TMA unit.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    WarpgroupSync(consumer);
-    if (issues) {
-      TmaStore2d(c_map, buffer, tile_n + chunk * kChunkCols,
-                 tile_m + consumer * 64);
+    if (kBuffers < kChunks || chunk == kChunks - 1) {
+      // The generic-proxy writes above must be visible to the TMA unit.
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      WarpgroupSync(consumer);
+      if (issues && kIssueStores) {
+        const int first = kBuffers < kChunks ? chunk : 0;
+        for (int c = first; c <= chunk; ++c) {
+          TmaStore2d(c_map,
+                     out + (consumer * kBuffers + c % kBuffers) * kChunkBytes,
+                     tile_n + c * kChunkCols, tile_m + consumer * 64);
+        }
+      }
     }
   }
 }
 
 // kLeftOut names a part left out, for timing by difference: the rest runs
 // as before, and the output is wrong.
-enum LeftOut { kNothing, kStores, kProducts, kLoads };
+enum LeftOut { kNothing, kStores, kProducts, kLoads, kGlobalStores };
+
+// The last round of a persistent grid: when only `tail` of the clusters
+// would have a tile left, each of those tiles is split along K into parts
+// for the idle ones (at least kMinPartKTiles k-tiles each). Every part
+// leaves its FP32 sums in a workspace slot; the last of a tile's parts to
+// finish adds all slots up in part order (the same result whichever
+// finishes last) and stores the tile.
+constexpr int kMinPartKTiles = 4;
+
+struct Schedule {
+  int tiles;  // of kCluster blocks' tiles each
+  int whole;  // tiles done whole, units 0..whole-1
+  int parts;  // each later tile's parts (1: no split)
+  int units;
+
+  __device__ Schedule(int tiles, int clusters, int k_tiles, bool split_tail)
+      : tiles(tiles), whole(tiles), parts(1), units(tiles) {
+    const int tail = tiles % clusters;
+    if (!split_tail || tail == 0) return;
+    parts = min(clusters / tail, k_tiles / kMinPartKTiles);
+    if (parts < 2) {
+      parts = 1;
+      return;
+    }
+    whole = tiles - tail;
+    units = whole + tail * parts;
+  }
+};
+
+struct Unit {
+  int tile;
+  int k_begin, k_end;  // k-tiles
+  int split;           // index of the split tile among the tail, or -1
+  int part;
+};
+
+__device__ __forceinline__ Unit UnitOf(const Schedule& schedule, int unit,
+                                       int k_tiles) {
+  if (unit < schedule.whole) return {unit, 0, k_tiles, -1, 0};
+  const int split = (unit - schedule.whole) / schedule.parts;
+  const int part = (unit - schedule.whole) % schedule.parts;
+  return {schedule.whole + split, part * k_tiles / schedule.parts,
+          (part + 1) * k_tiles / schedule.parts, split, part};
+}
+
+// Synchronizes the 256 consumer threads.
+__device__ __forceinline__ void ConsumersSync() {
+  asm volatile("bar.sync 3, 256;\n" ::: "memory");
+}
 
 // kInFlight: wgmma groups a consumer leaves running while it waits for the
 // next stage (0: each k-tile's products finish before the next is issued;
@@ -238,15 +290,19 @@ enum LeftOut { kNothing, kStores, kProducts, kLoads };
 // vertically adjacent tiles, which need the same B tile: each loads half of
 // it into both (TMA multicast), so a stage is free again once the consumers
 // of both blocks are done with it. `b_map`'s box is kBlockN / kCluster rows.
-// kTmaStore: the epilogue stores through shared memory and TMA
-// (StoreThroughShared) instead of from registers straight to global memory.
+// kOutBuffers: 0, the epilogue stores from registers straight to global
+// memory; otherwise through that many shared-memory chunk buffers a
+// consumer and TMA (StoreThroughShared).
+// kSplitTail: the last round as Schedule says, with `partials` (a
+// 128 KiB slot per block of the grid) and `arrivals` (an int per block,
+// zero before the first launch, left zero by each).
 template <int kInFlight, int kLeftOut = kNothing, int kCluster = 1,
-          bool kTmaStore = false>
+          int kOutBuffers = 0, int kStages = 4, bool kSplitTail = false>
 __global__ void __launch_bounds__(kThreads, 1)
     GemmNt(const __grid_constant__ CUtensorMap a_map,
            const __grid_constant__ CUtensorMap b_map,
            const __grid_constant__ CUtensorMap c_map, __nv_bfloat16* c, int m,
-           int n, int k) {
+           int n, int k, float* partials, int* arrivals) {
   extern __shared__ __align__(1024) unsigned char raw[];
   unsigned char* shared = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
@@ -262,6 +318,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles_n = (n + kBlockN - 1) / kBlockN;
   const int tiles = tiles_m * tiles_n;  // of kCluster blocks' tiles each
   const int k_tiles = (k + kBlockK - 1) / kBlockK;
+  const Schedule schedule(tiles, clusters, k_tiles, kSplitTail);
+  __shared__ int last_part;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
@@ -281,15 +339,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
       int step = 0;  // k-tiles loaded so far, across tiles
-      for (int tile = cluster; tile < tiles; tile += clusters) {
+      for (int u = cluster; u < schedule.units; u += clusters) {
+        const Unit unit = UnitOf(schedule, u, k_tiles);
         int tile_m, tile_n;
-        TileOrigin(tile, tiles_m, tiles_n, kBlockM * kCluster, &tile_m,
+        TileOrigin(unit.tile, tiles_m, tiles_n, kBlockM * kCluster, &tile_m,
                    &tile_n);
         tile_m += rank * kBlockM;
-        for (int t = 0; t < k_tiles; ++t, ++step) {
+        for (int t = unit.k_begin; t < unit.k_end; ++t, ++step) {
           const int s = step % kStages;
           if (step >= kStages) {
-            ClusterBarrierWait(&empty[s], ((step / kStages) - 1) & 1);
+            BarrierWait(&empty[s], ((step / kStages) - 1) & 1);
           }
           unsigned char* stage = shared + s * kStageBytes;
           if (kLeftOut == kLoads) {
@@ -329,13 +388,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     float acc[128];
     int step = 0;  // k-tiles consumed so far, across tiles
-    for (int tile = cluster; tile < tiles; tile += clusters) {
+    for (int u = cluster; u < schedule.units; u += clusters) {
+      const Unit unit = UnitOf(schedule, u, k_tiles);
+      const int unit_k_tiles = unit.k_end - unit.k_begin;
       int tile_m, tile_n;
-      TileOrigin(tile, tiles_m, tiles_n, kBlockM * kCluster, &tile_m, &tile_n);
+      TileOrigin(unit.tile, tiles_m, tiles_n, kBlockM * kCluster, &tile_m,
+                 &tile_n);
       tile_m += rank * kBlockM;
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-      for (int t = 0; t < k_tiles; ++t, ++step) {
+      for (int t = 0; t < unit_k_tiles; ++t, ++step) {
         const int s = step % kStages;
         BarrierWait(&full[s], (step / kStages) & 1);
         const unsigned char* stage = shared + s * kStageBytes;
@@ -357,13 +419,54 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
       for (int late = kInFlight; late > 0; --late) {
-        if (k_tiles >= late) release((step - late) % kStages);
+        if (unit_k_tiles >= late) release((step - late) % kStages);
       }
 
-      if (kTmaStore) {
-        if (kLeftOut != kStores) {
-          StoreThroughShared(acc, &c_map, shared + kStages * kStageBytes,
-                             consumer, tile_m, tile_n);
+      if (kSplitTail && unit.split >= 0) {
+        // Slots of this block's part p of split tile `split`: the sums of
+        // consumer thread j at [i * 256 + j], coalesced.
+        const int j = threadIdx.x - 128;
+        auto slot = [&](int p) {
+          return partials +
+                 int64_t{(unit.split * schedule.parts + p) * kCluster + rank} *
+                     (kBlockM * kBlockN);
+        };
+        float* mine = slot(unit.part);
+#pragma unroll
+        for (int i = 0; i < 128; ++i) mine[i * 256 + j] = acc[i];
+        __threadfence();
+        ConsumersSync();
+        if (j == 0) {
+          int* arrived = &arrivals[unit.split * kCluster + rank];
+          last_part = atomicAdd(arrived, 1) == schedule.parts - 1;
+          if (last_part) *arrived = 0;  // ready for the next launch
+        }
+        ConsumersSync();
+        if (!last_part) continue;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+        for (int p = 0; p < schedule.parts; ++p) {
+          const float* sums = slot(p);
+#pragma unroll
+          for (int i = 0; i < 128; ++i) acc[i] += __ldcg(sums + i * 256 + j);
+        }
+      }
+
+      if (kLeftOut == kStores) {
+        // Keeps the products live: ptxas drops wgmma whose results are
+        // never read.
+        float sum = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 128; ++i) sum += acc[i];
+        if (sum == 1.0e-30f) c[0] = __float2bfloat16(sum);
+        continue;
+      }
+      if constexpr (kOutBuffers > 0) {
+        {
+          StoreThroughShared<kOutBuffers, kLeftOut != kGlobalStores>(
+              acc, &c_map, shared + kStages * kStageBytes, consumer, tile_m,
+              tile_n);
         }
         continue;
       }
@@ -376,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int row = row0 + 8 * half;
-          if (row >= m || kLeftOut == kStores) continue;
+          if (row >= m) continue;
           const float x = acc[4 * j + 2 * half];
           const float y = acc[4 * j + 2 * half + 1];
           if (col + 1 < n && (n % 2) == 0) {
@@ -393,7 +496,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   // Shared memory stays until the stores have read it.
-  if (kTmaStore && warpgroup > 0 && threadIdx.x % 128 == 0) {
+  if (kOutBuffers > 0 && warpgroup > 0 && threadIdx.x % 128 == 0) {
     asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
   }
   // No block leaves while another may still arrive at its barriers.
@@ -564,6 +667,13 @@ int main(int argc, char** argv) {
   const double flop = 2.0 * m * n * k;
   bool all_ok = true;
   const CUtensorMap b_half_map = KMajorMap(encode, b, n, k, kBlockN / 2);
+  // The split tail's workspace: a 128x256 FP32 slot and an arrival count
+  // per block of a persistent grid.
+  float* partials;
+  int* arrivals;
+  CHECK_CUDA(cudaMalloc(&partials, size_t{4} * kBlockM * kBlockN * sms));
+  CHECK_CUDA(cudaMalloc(&arrivals, sizeof(int) * sms));
+  CHECK_CUDA(cudaMemset(arrivals, 0, sizeof(int) * sms));
   // C[m, n] in boxes of 64 rows x 64 columns: the same map shape as a
   // K-major operand's.
   const CUtensorMap c_map = KMajorMap(encode, c, m, n, 64);
@@ -572,7 +682,7 @@ int main(int argc, char** argv) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(2 * sms);
     config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSharedBytes;
+    config.dynamicSmemBytes = SharedBytes(4, 2);
     cudaLaunchAttribute attribute;
     attribute.id = cudaLaunchAttributeClusterDimension;
     attribute.val.clusterDim.x = 2;
@@ -580,12 +690,12 @@ int main(int argc, char** argv) {
     attribute.val.clusterDim.z = 1;
     config.attrs = &attribute;
     config.numAttrs = 1;
-    CHECK_CUDA(cudaFuncSetAttribute(GemmNt<1, kNothing, 2, true>,
+    CHECK_CUDA(cudaFuncSetAttribute(GemmNt<1, kNothing, 2, 2>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    kSharedBytes));
+                                    SharedBytes(4, 2)));
     int clusters = 0;
     CHECK_CUDA(cudaOccupancyMaxActiveClusters(
-        &clusters, GemmNt<1, kNothing, 2, true>, &config));
+        &clusters, GemmNt<1, kNothing, 2, 2>, &config));
     cluster_sms = 2 * clusters;
   }
   const int tiles_2 =
@@ -594,13 +704,13 @@ int main(int argc, char** argv) {
 
   // `grid` blocks in clusters of `cluster`.
   auto report = [&](const char* name, auto kernel, int grid, int cluster,
-                    bool checked = true) {
+                    bool checked = true, int shared_bytes = SharedBytes(4, 2)) {
     CHECK_CUDA(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes));
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes));
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(grid);
     config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = kSharedBytes;
+    config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
     cudaLaunchAttribute attribute;
     attribute.id = cudaLaunchAttributeClusterDimension;
@@ -612,7 +722,7 @@ int main(int argc, char** argv) {
     const CUtensorMap& b_used = cluster == 1 ? b_map : b_half_map;
     auto ours = [&] {
       CHECK_CUDA(cudaLaunchKernelEx(&config, kernel, a_map, b_used, c_map, c, m,
-                                    n, k));
+                                    n, k, partials, arrivals));
     };
     CHECK_CUDA(cudaMemsetAsync(c, 0xFF, size_t{2} * m * n, stream));
     ours();
@@ -657,20 +767,32 @@ int main(int argc, char** argv) {
   if (wanted('2')) report("2 one group in flight", GemmNt<1>, tiles, 1);
   if (wanted('3')) report("3 persistent, grouped", GemmNt<1>, persistent, 1);
   if (wanted('4')) {
-    report("4 TMA-store epilogue", GemmNt<1, kNothing, 1, true>, persistent, 1);
+    report("4 TMA-store epilogue", GemmNt<1, kNothing, 1, 2>, persistent, 1);
+  }
+  if (wanted('4')) {
+    report("4b 3 stages, 4 out buffers", GemmNt<1, kNothing, 1, 4, 3>,
+           persistent, 1, true, SharedBytes(3, 4));
   }
   if (wanted('5')) {
-    report("5 2-block clusters, B multicast", GemmNt<1, kNothing, 2, true>,
+    report("5 2-block clusters, B multicast", GemmNt<1, kNothing, 2, 2>,
+           persistent_2, 2);
+  }
+  if (wanted('6')) {
+    report("6 split tail", GemmNt<1, kNothing, 1, 2, 4, true>, persistent, 1);
+    report("6 split tail, clusters", GemmNt<1, kNothing, 2, 2, 4, true>,
            persistent_2, 2);
   }
   if (std::getenv("LEFT_OUT") != nullptr) {
     // Rungs 3 and 4 less one part each: where the time goes, by difference.
     report("3 without stores", GemmNt<1, kStores>, persistent, 1, false);
+    report("4 without TMA stores", GemmNt<1, kGlobalStores, 1, 2>, persistent,
+           1, false);
     report("3 without products", GemmNt<1, kProducts>, persistent, 1, false);
     report("3 without loads", GemmNt<1, kLoads>, persistent, 1, false);
-    report("5 without stores", GemmNt<1, kStores, 2, true>, persistent_2, 2,
+    report("5 without loads", GemmNt<1, kLoads, 2, 2>, persistent_2, 2, false);
+    report("5 without stores", GemmNt<1, kStores, 2, 2>, persistent_2, 2,
            false);
-    report("5 without products", GemmNt<1, kProducts, 2, true>, persistent_2, 2,
+    report("5 without products", GemmNt<1, kProducts, 2, 2>, persistent_2, 2,
            false);
   }
   return all_ok ? 0 : 1;
