@@ -71,6 +71,10 @@ struct CudaBackendOptions {
   // GPU, so their kernel time includes the overlap; at this size a product
   // fills the device alone and gains nothing from overlapping.
   double serial_min_gflop_per_sm = 1.0;
+  // Stream-ordered products wait for their client's stream with a wait
+  // queued on the GPU instead of on a worker's CPU (client_stream_order.h
+  // weighs the two); needs the driver's stream memory operations.
+  bool stream_order_waits_on_gpu = false;
   // TEST ONLY, for the device-lost path: the Nth product launch (from 1)
   // runs a kernel that writes out of range instead, which poisons the CUDA
   // context. 0: never.
@@ -134,7 +138,11 @@ class CudaBackend : public GemmBackend {
   // (ProductSchedule::RunTimed) and scatters C back, then `then`.
   absl::StatusOr<GemmRunInfo> RunDeviceOnSlot(
       const GemmProblem& problem, StreamSlot& slot, bool after_slot_work,
-      const ProductSchedule::AfterProduct& then = nullptr);
+      const ProductSchedule::AfterProduct& then = nullptr,
+      const ProductSchedule::QueuedWait* wait = nullptr);
+  // Stream-ordered products wait for their client's stream on the GPU
+  // (client_stream_order.h).
+  bool WaitsOnGpu() const;
   // `batched`: a pointer-array product (arrays on the device) whose entries
   // all read B at `shared_b`; runs as one stacked product (see above).
   absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,
