@@ -162,23 +162,32 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
+  // A product that waits for its client's stream on the CPU does so before
+  // it takes a slot: that stream may wait for an earlier product of the
+  // client, which needs a slot too, as does the background tuner (which
+  // takes them all).
+  const bool wait_on_gpu = WaitsOnGpu(p);
+  if (p.stream_order != nullptr && !wait_on_gpu) {
+    const GemmProblem* one[] = {&p};
+    RETURN_IF_ERROR(WaitForClientStreams(one));
+  }
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
-  return RunOneOnSlot(p, lease.slot());
+  return RunOneOnSlot(p, lease.slot(), wait_on_gpu);
 }
 
-bool CudaBackend::WaitsOnGpu() const {
-  return options_.stream_order_waits_on_gpu && driver_api_.ok();
+bool CudaBackend::WaitsOnGpu(const GemmProblem& p) const {
+  return p.stream_order != nullptr && options_.stream_order_waits_on_gpu &&
+         driver_api_.ok() && p.stream_order->launch.EarlierLaunched();
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
-                                                      StreamSlot& slot) {
+                                                      StreamSlot& slot,
+                                                      bool wait_on_gpu) {
   if (p.stream_order == nullptr) {
     return RunDeviceOnSlot(p, slot, /*after_slot_work=*/false);
   }
   const GemmProblem* one[] = {&p};
   const LaunchOrder::Ticket& launch = p.stream_order->launch;
-  const bool wait_on_gpu = WaitsOnGpu() && launch.EarlierLaunched();
-  if (!wait_on_gpu) RETURN_IF_ERROR(WaitForClientStreams(one));
   // The signal right behind the product on the GPU, where the driver has
   // stream memory operations; from here once it is complete otherwise.
   ProductSchedule::AfterProduct signal;
@@ -213,14 +222,13 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
   // A product with a wave of 128x128 tiles of its own keeps the GPU busy
   // alone: batching buys nothing (one pointer-array launch of two such
   // products is slower than the two back to back), so each runs as it
-  // would unbatched (with the kernel tuned for it), back to back on one
-  // slot, each waiting for its client's stream as it would alone.
+  // would unbatched (with the kernel tuned for it, waiting for its
+  // client's stream as it would alone), one after the other.
   if (FillsDevice(*problems.front())) {
     for (const GemmProblem* p : problems) RETURN_IF_ERROR(ValidateForCuda(*p));
-    ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
     GemmRunInfo total;
     for (const GemmProblem* p : problems) {
-      ASSIGN_OR_RETURN(GemmRunInfo one, RunOneOnSlot(*p, lease.slot()));
+      ASSIGN_OR_RETURN(GemmRunInfo one, RunDevice(*p));
       total.kernel = one.kernel;
       total.kernel_seconds += one.kernel_seconds;
     }

@@ -126,9 +126,11 @@ class CudaBackend : public GemmBackend {
               std::unique_ptr<ProductSchedule> schedule);
 
   // RunDeviceOnSlot, followed by the signal to the client's stream when
-  // `problem` is stream-ordered (its wait is over).
+  // `problem` is stream-ordered: behind a wait queued on the slot's stream
+  // when `wait_on_gpu`, otherwise once WaitForClientStreams has returned
+  // (the caller waits before it takes the slot).
   absl::StatusOr<GemmRunInfo> RunOneOnSlot(const GemmProblem& problem,
-                                           StreamSlot& slot);
+                                           StreamSlot& slot, bool wait_on_gpu);
   // Several products of one BatchKey as one pointer-array launch.
   absl::StatusOr<GemmRunInfo> RunCombined(const CombinedProblem& combined,
                                           StreamSlot& slot);
@@ -140,9 +142,10 @@ class CudaBackend : public GemmBackend {
       const GemmProblem& problem, StreamSlot& slot, bool after_slot_work,
       const ProductSchedule::AfterProduct& then = nullptr,
       const ProductSchedule::QueuedWait* wait = nullptr);
-  // Stream-ordered products wait for their client's stream on the GPU
-  // (client_stream_order.h).
-  bool WaitsOnGpu() const;
+  // Whether stream-ordered `problem` waits for its client's stream on the
+  // GPU (client_stream_order.h): when the daemon does so and every earlier
+  // product of the client is launched.
+  bool WaitsOnGpu(const GemmProblem& problem) const;
   // `batched`: a pointer-array product (arrays on the device) whose entries
   // all read B at `shared_b`; runs as one stacked product (see above).
   absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,
