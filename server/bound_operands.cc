@@ -34,8 +34,8 @@ absl::Status BoundOperands::BindStreamOrder(const v1::StreamOrder& order,
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Region> region,
                    registry.Find(session_id, order.region_id()));
-  // The daemon's CPU waits on the wait word and its GPU writes the signal
-  // word: host memory that the device reaches.
+  // The daemon's CPU or GPU waits on the wait word and its GPU writes the
+  // signal word: host memory that the device reaches.
   if (region->host_data() == nullptr || region->device_data() == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "stream_order: region '", order.region_id(), "' is a ", region->kind(),
@@ -54,6 +54,7 @@ absl::Status BoundOperands::BindStreamOrder(const v1::StreamOrder& order,
   auto* device = static_cast<char*>(region->device_data());
   stream_order_.wait_host = reinterpret_cast<std::atomic<uint32_t>*>(
       host + order.wait_offset_bytes());
+  stream_order_.wait_device = device + order.wait_offset_bytes();
   stream_order_.wait_value = order.wait_value();
   if (order.signal()) {
     stream_order_.signal_device = device + order.signal_offset_bytes();
@@ -61,6 +62,7 @@ absl::Status BoundOperands::BindStreamOrder(const v1::StreamOrder& order,
         host + order.signal_offset_bytes());
     stream_order_.signal_value = order.signal_value();
   }
+  stream_order_.launch = region->launch_order().Take();
   problem_.stream_order = &stream_order_;
   if (std::find(regions_.begin(), regions_.end(), region) == regions_.end()) {
     regions_.push_back(std::move(region));

@@ -79,6 +79,15 @@ ABSL_FLAG(double, serial_min_gflop_per_sm, 1.0,
           "share; smaller ones run on their worker's own stream, where they "
           "overlap (filling the SMs one product's last wave leaves idle, "
           "and the gaps between launches).");
+ABSL_FLAG(std::string, stream_order_wait, "cpu",
+          "cpu | gpu. How a stream-ordered product (MatmulRequest."
+          "stream_order) waits for its client's CUDA stream: cpu, a worker "
+          "polls the client's word and then launches the product; gpu, the "
+          "worker queues a wait for the word on its stream and the product "
+          "behind it, which then starts as soon as the client's stream gets "
+          "there (no launch latency between a client's products); a product "
+          "does so once every earlier product of its client is launched, and "
+          "waits on the CPU before that.");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");
@@ -259,6 +268,15 @@ int main(int argc, char** argv) {
       std::max(1, absl::GetFlag(FLAGS_worker_threads));
   backend_options.cuda_serial_min_gflop_per_sm =
       absl::GetFlag(FLAGS_serial_min_gflop_per_sm);
+  const std::string stream_order_wait = absl::GetFlag(FLAGS_stream_order_wait);
+  if (stream_order_wait != "cpu" && stream_order_wait != "gpu") {
+    std::fprintf(stderr,
+                 "matmul-server: --stream_order_wait is '%s'; expected cpu or "
+                 "gpu\n",
+                 stream_order_wait.c_str());
+    return 2;
+  }
+  backend_options.cuda_stream_order_waits_on_gpu = stream_order_wait == "gpu";
   backend_options.test_only_inject_gpu_fault_after =
       absl::GetFlag(FLAGS_test_only_inject_gpu_fault_after);
   backend_options.test_only_gpu_memory_headroom_bytes =

@@ -134,8 +134,11 @@ TEST_F(StreamOrderTest, RequestsThatCannotBeOrderedAreRefused) {
 // --- on the GPU ------------------------------------------------------------
 
 // A CUDA daemon in this process with one worker, so that a worker held by
-// a product waiting for its client's stream would block every other one.
-class CudaStreamOrderTest : public StreamOrderTest {
+// a product waiting for its client's stream would block every other one;
+// the parameter: the daemon waits for the client's stream on the GPU
+// (--stream_order_wait=gpu), else on its CPU.
+class CudaStreamOrderTest : public StreamOrderTest,
+                            public ::testing::WithParamInterface<bool> {
  protected:
   static ServerOptions OneWorker() {
     ServerOptions options = TestDaemon::DefaultOptions();
@@ -147,6 +150,7 @@ class CudaStreamOrderTest : public StreamOrderTest {
     MATMUL_SKIP_WITHOUT_GPU();
     cuda::CudaBackendOptions cuda;
     cuda.background_tuning = false;
+    cuda.stream_order_waits_on_gpu = GetParam();
     Start(std::make_unique<TestDaemon>(OneWorker(), 1, CudaBackendMaker(cuda)));
     auto ring = RequestRing::Attach(daemon_->client(), *session_);
     ASSERT_TRUE(ring.ok()) << ring.status();
@@ -211,7 +215,7 @@ void HoldStream(void* release) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-TEST_F(CudaStreamOrderTest, ProductRunsBetweenTheWorkBeforeAndAfterIt) {
+TEST_P(CudaStreamOrderTest, ProductRunsBetweenTheWorkBeforeAndAfterIt) {
   std::mt19937_64 rng(11);
   WarmUp(rng, {.m = 192, .n = 160, .k = 256});
   RegionRequest placed = Random(rng, {.m = 192, .n = 160, .k = 256});
@@ -261,7 +265,7 @@ TEST_F(CudaStreamOrderTest, ProductRunsBetweenTheWorkBeforeAndAfterIt) {
   EXPECT_LT(*error, 1e-2);
 }
 
-TEST_F(CudaStreamOrderTest, ProductsBackToBackEachReadTheLastOnesOutput) {
+TEST_P(CudaStreamOrderTest, ProductsBackToBackEachReadTheLastOnesOutput) {
   // C1 = A B, C2 = C1 B, ...: each product reads the previous one's output,
   // ordered by the stream alone. Every C starts as NaN, so a product that
   // ran early reads NaN.
@@ -307,7 +311,7 @@ TEST_F(CudaStreamOrderTest, ProductsBackToBackEachReadTheLastOnesOutput) {
   }
 }
 
-TEST_F(CudaStreamOrderTest, AStreamThatNeverGetsThereIsGivenUp) {
+TEST_P(CudaStreamOrderTest, AStreamThatNeverGetsThereIsGivenUp) {
   std::mt19937_64 rng(17);
   WarmUp(rng, {.m = 64, .n = 64, .k = 64});
   RegionRequest held = Random(rng, {.m = 64, .n = 64, .k = 64});
@@ -330,6 +334,11 @@ TEST_F(CudaStreamOrderTest, AStreamThatNeverGetsThereIsGivenUp) {
   release = true;
   EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
 }
+
+INSTANTIATE_TEST_SUITE_P(Waits, CudaStreamOrderTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "OnTheGpu" : "OnTheCpu";
+                         });
 
 }  // namespace
 }  // namespace matmul

@@ -41,6 +41,27 @@ absl::Status WaitForClientStream(const StreamOrder& order) {
   return absl::OkStatus();
 }
 
+bool AllReached(absl::Span<const GemmProblem* const> problems) {
+  for (const GemmProblem* p : problems) {
+    const StreamOrder* order = p->stream_order;
+    if (order != nullptr &&
+        !WordReached(order->wait_host->load(std::memory_order_acquire),
+                     order->wait_value)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+absl::Status GiveUpStatus(absl::Span<const GemmProblem* const> problems) {
+  for (const GemmProblem* p : problems) {
+    const StreamOrder* order = p->stream_order;
+    if (order == nullptr || !order->give_up) continue;
+    RETURN_IF_ERROR(order->give_up());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WaitForClientStreams(
@@ -50,6 +71,52 @@ absl::Status WaitForClientStreams(
     RETURN_IF_ERROR(WaitForClientStream(*p->stream_order));
   }
   return absl::OkStatus();
+}
+
+absl::Status QueueClientWaits(const CudaDriverApi& api,
+                              absl::Span<const GemmProblem* const> problems,
+                              cudaStream_t stream) {
+  for (const GemmProblem* p : problems) {
+    const StreamOrder* order = p->stream_order;
+    if (order == nullptr) continue;
+    // GEQ compares as (int32_t)(word - value) >= 0, as WordReached does.
+    const CUresult result = api.stream_wait_value32(
+        stream, reinterpret_cast<CUdeviceptr>(order->wait_device),
+        order->wait_value, CU_STREAM_WAIT_VALUE_GEQ);
+    if (result != CUDA_SUCCESS) {
+      return absl::InternalError(
+          absl::StrCat("cuStreamWaitValue32 (the client's stream): ",
+                       api.ErrorText(result)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AwaitQueuedWaits(absl::Span<const GemmProblem* const> problems,
+                              const std::function<bool()>& done) {
+  absl::Status status;
+  const absl::Time start = absl::Now();
+  absl::Time next_check = start + kGiveUpPeriod;
+  while (!done()) {
+    const absl::Time now = absl::Now();
+    if (status.ok() && now >= next_check && !AllReached(problems)) {
+      status = GiveUpStatus(problems);
+      next_check = now + kGiveUpPeriod;
+      if (!status.ok()) {
+        for (const GemmProblem* p : problems) {
+          const StreamOrder* order = p->stream_order;
+          if (order == nullptr) continue;
+          order->wait_host->store(order->wait_value, std::memory_order_release);
+        }
+      }
+    }
+    if (now - start < kSpin) {
+      for (int i = 0; i < 64; ++i) ring::CpuRelax();
+    } else {
+      absl::SleepFor(kSleep);
+    }
+  }
+  return status;
 }
 
 absl::Status QueueClientSignals(const CudaDriverApi& api,

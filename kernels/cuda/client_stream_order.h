@@ -1,14 +1,29 @@
-// The daemon's side of stream-ordered products (common/gemm/stream_order.h).
-// The daemon waits for a client's stream on its CPU, before it queues the
-// product, rather than with a wait queued on its own stream: a stream of
-// the daemon's held by a client's wait would stall every call that
-// synchronizes the daemon's context (a cudaFree, a module load) and so
-// every other client, and could deadlock it with the client's own stream.
-// The signal is written by the daemon's stream right behind the product.
+// The daemon's side of stream-ordered products (common/gemm/stream_order.h),
+// two ways:
+//   on the CPU  the worker waits for the wait word, then queues the product:
+//               a client's stream holds nothing of the daemon's but one
+//               worker, and the GPU idles from the client's word to the
+//               product's launch;
+//   on the GPU  the worker queues a wait for the word on its own stream,
+//               the product behind it, and polls until the product is
+//               done: the product starts as soon as the client's stream
+//               gets there, with no launch in between. That stream of the
+//               daemon's is held until then, and so is any call that
+//               synchronizes the daemon's context (a cudaFree, a lazy
+//               kernel load); so a product waits on the GPU only once every
+//               earlier product of its client is launched (launch_order.h),
+//               which keeps such a call from waiting for a product no
+//               worker has launched yet, and waits on the CPU before that.
+//               A wait the client never ends is ended by the daemon's CPU
+//               writing the word itself, when give_up says so.
+// Either way the signal is written by the daemon's stream right behind the
+// product.
 #ifndef MATMUL_KERNELS_CUDA_CLIENT_STREAM_ORDER_H_
 #define MATMUL_KERNELS_CUDA_CLIENT_STREAM_ORDER_H_
 
 #include <cuda_runtime_api.h>
+
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -25,6 +40,18 @@ namespace matmul::cuda {
 // it goes away.
 absl::Status WaitForClientStreams(
     absl::Span<const GemmProblem* const> problems);
+
+// Queues on `stream` a wait for every wait word (the GPU way).
+absl::Status QueueClientWaits(const CudaDriverApi& api,
+                              absl::Span<const GemmProblem* const> problems,
+                              cudaStream_t stream);
+
+// Returns once done() is true, polling it. While a wait word has not
+// reached its value, give_up is asked now and then; its first non-OK
+// status writes every wait word from here (so that the waits queued on the
+// GPU end and the products run) and is returned once done() is true.
+absl::Status AwaitQueuedWaits(absl::Span<const GemmProblem* const> problems,
+                              const std::function<bool()>& done);
 
 // Queues on `stream` the write of every signal word.
 absl::Status QueueClientSignals(const CudaDriverApi& api,

@@ -162,18 +162,32 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
-  const GemmProblem* one[] = {&p};
-  RETURN_IF_ERROR(WaitForClientStreams(one));
+  // A product that waits for its client's stream on the CPU does so before
+  // it takes a slot: that stream may wait for an earlier product of the
+  // client, which needs a slot too, as does the background tuner (which
+  // takes them all).
+  const bool wait_on_gpu = WaitsOnGpu(p);
+  if (p.stream_order != nullptr && !wait_on_gpu) {
+    const GemmProblem* one[] = {&p};
+    RETURN_IF_ERROR(WaitForClientStreams(one));
+  }
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
-  return RunOneOnSlot(p, lease.slot());
+  return RunOneOnSlot(p, lease.slot(), wait_on_gpu);
+}
+
+bool CudaBackend::WaitsOnGpu(const GemmProblem& p) const {
+  return p.stream_order != nullptr && options_.stream_order_waits_on_gpu &&
+         driver_api_.ok() && p.stream_order->launch.EarlierLaunched();
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
-                                                      StreamSlot& slot) {
+                                                      StreamSlot& slot,
+                                                      bool wait_on_gpu) {
   if (p.stream_order == nullptr) {
     return RunDeviceOnSlot(p, slot, /*after_slot_work=*/false);
   }
   const GemmProblem* one[] = {&p};
+  const LaunchOrder::Ticket& launch = p.stream_order->launch;
   // The signal right behind the product on the GPU, where the driver has
   // stream memory operations; from here once it is complete otherwise.
   ProductSchedule::AfterProduct signal;
@@ -182,8 +196,20 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
       return QueueClientSignals(*driver_api_, one, stream);
     };
   }
-  ASSIGN_OR_RETURN(GemmRunInfo info,
-                   RunDeviceOnSlot(p, slot, /*after_slot_work=*/false, signal));
+  // Queued first: the gathers of strided operands read them too.
+  if (wait_on_gpu) {
+    RETURN_IF_ERROR(QueueClientWaits(*driver_api_, one, slot.stream.get()));
+  }
+  ProductSchedule::QueuedWait wait;
+  wait.launched = [&launch] { launch.MarkLaunched(); };
+  wait.await = [&](const std::function<bool()>& done) {
+    return AwaitQueuedWaits(one, done);
+  };
+  absl::StatusOr<GemmRunInfo> info =
+      RunDeviceOnSlot(p, slot, /*after_slot_work=*/false, signal,
+                      wait_on_gpu ? &wait : nullptr);
+  launch.MarkLaunched();  // the CPU way, or a failure before the launch
+  if (!info.ok()) return info.status();
   StoreClientSignals(one);
   return info;
 }
@@ -193,23 +219,22 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
   if (problems.size() == 1 || !on_device) {
     return GemmBackend::RunBatch(problems, on_device);
   }
-  RETURN_IF_ERROR(WaitForClientStreams(problems));
   // A product with a wave of 128x128 tiles of its own keeps the GPU busy
   // alone: batching buys nothing (one pointer-array launch of two such
   // products is slower than the two back to back), so each runs as it
-  // would unbatched (with the kernel tuned for it), back to back on one
-  // slot.
+  // would unbatched (with the kernel tuned for it, waiting for its
+  // client's stream as it would alone), one after the other.
   if (FillsDevice(*problems.front())) {
     for (const GemmProblem* p : problems) RETURN_IF_ERROR(ValidateForCuda(*p));
-    ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
     GemmRunInfo total;
     for (const GemmProblem* p : problems) {
-      ASSIGN_OR_RETURN(GemmRunInfo one, RunOneOnSlot(*p, lease.slot()));
+      ASSIGN_OR_RETURN(GemmRunInfo one, RunDevice(*p));
       total.kernel = one.kernel;
       total.kernel_seconds += one.kernel_seconds;
     }
     return total;
   }
+  RETURN_IF_ERROR(WaitForClientStreams(problems));
   ASSIGN_OR_RETURN(CombinedProblem combined,
                    CombinedProblem::Combine(problems));
   RETURN_IF_ERROR(ValidateForCuda(combined.problem()));
@@ -321,7 +346,8 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunStacked(const GemmProblem& p,
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnSlot(
     const GemmProblem& p, StreamSlot& slot, bool after_slot_work,
-    const ProductSchedule::AfterProduct& then) {
+    const ProductSchedule::AfterProduct& then,
+    const ProductSchedule::QueuedWait* wait) {
   cudaStream_t stream = slot.stream.get();
   ASSIGN_OR_RETURN(KernelOperands operands, KernelOperands::Gather(p, stream));
   // The scatter of a gathered C, then the caller's work, behind the product.
@@ -332,9 +358,9 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnSlot(
   };
   ASSIGN_OR_RETURN(
       GemmRunInfo info,
-      schedule_->RunTimed(operands.problem(), slot,
-                          after_slot_work || operands.gathered(),
-                          operands.scatters_c() || then ? after : nullptr));
+      schedule_->RunTimed(
+          operands.problem(), slot, after_slot_work || operands.gathered(),
+          operands.scatters_c() || then ? after : nullptr, wait));
   // RunTimed waited for the kernel and what follows it; the temporaries
   // are freed in stream order, and waited for too.
   RETURN_IF_ERROR(operands.Release(stream));

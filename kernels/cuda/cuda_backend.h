@@ -71,6 +71,10 @@ struct CudaBackendOptions {
   // GPU, so their kernel time includes the overlap; at this size a product
   // fills the device alone and gains nothing from overlapping.
   double serial_min_gflop_per_sm = 1.0;
+  // Stream-ordered products wait for their client's stream with a wait
+  // queued on the GPU instead of on a worker's CPU (client_stream_order.h
+  // weighs the two); needs the driver's stream memory operations.
+  bool stream_order_waits_on_gpu = false;
   // TEST ONLY, for the device-lost path: the Nth product launch (from 1)
   // runs a kernel that writes out of range instead, which poisons the CUDA
   // context. 0: never.
@@ -122,9 +126,11 @@ class CudaBackend : public GemmBackend {
               std::unique_ptr<ProductSchedule> schedule);
 
   // RunDeviceOnSlot, followed by the signal to the client's stream when
-  // `problem` is stream-ordered (its wait is over).
+  // `problem` is stream-ordered: behind a wait queued on the slot's stream
+  // when `wait_on_gpu`, otherwise once WaitForClientStreams has returned
+  // (the caller waits before it takes the slot).
   absl::StatusOr<GemmRunInfo> RunOneOnSlot(const GemmProblem& problem,
-                                           StreamSlot& slot);
+                                           StreamSlot& slot, bool wait_on_gpu);
   // Several products of one BatchKey as one pointer-array launch.
   absl::StatusOr<GemmRunInfo> RunCombined(const CombinedProblem& combined,
                                           StreamSlot& slot);
@@ -134,7 +140,12 @@ class CudaBackend : public GemmBackend {
   // (ProductSchedule::RunTimed) and scatters C back, then `then`.
   absl::StatusOr<GemmRunInfo> RunDeviceOnSlot(
       const GemmProblem& problem, StreamSlot& slot, bool after_slot_work,
-      const ProductSchedule::AfterProduct& then = nullptr);
+      const ProductSchedule::AfterProduct& then = nullptr,
+      const ProductSchedule::QueuedWait* wait = nullptr);
+  // Whether stream-ordered `problem` waits for its client's stream on the
+  // GPU (client_stream_order.h): when the daemon does so and every earlier
+  // product of the client is launched.
+  bool WaitsOnGpu(const GemmProblem& problem) const;
   // `batched`: a pointer-array product (arrays on the device) whose entries
   // all read B at `shared_b`; runs as one stacked product (see above).
   absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,

@@ -35,19 +35,24 @@ absl::Status ProductSchedule::LaunchProduct(const KernelChoice& choice,
 
 absl::StatusOr<GemmRunInfo> ProductSchedule::RunTimed(
     const GemmProblem& problem, StreamSlot& slot, bool after_slot_work,
-    const AfterProduct& then) {
+    const AfterProduct& then, const QueuedWait* wait) {
   // Resolved before the start event, so that a first call's plan building
   // is not counted as kernel time.
   ASSIGN_OR_RETURN(KernelChoice choice, selector_.Resolve(problem));
-  if (RunsSerially(problem)) {
+  if (wait == nullptr && RunsSerially(problem)) {
     return RunSerial(choice, problem, slot, after_slot_work, then);
   }
   cudaStream_t stream = slot.stream.get();
   RETURN_IF_ERROR(slot.start.Record(stream));
   RETURN_IF_ERROR(LaunchProduct(choice, problem, stream, slot.workspace));
   RETURN_IF_ERROR(slot.stop.Record(stream));
-  if (then) {
-    RETURN_IF_ERROR(then(stream));
+  if (then) RETURN_IF_ERROR(then(stream));
+  if (wait != nullptr) {
+    wait->launched();
+    RETURN_IF_ERROR(wait->await(
+        [stream] { return cudaStreamQuery(stream) != cudaErrorNotReady; }));
+    RETURN_IF_ERROR(slot.stream.Synchronize());  // done: reports errors
+  } else if (then) {
     RETURN_IF_ERROR(slot.stream.Synchronize());
   } else {
     RETURN_IF_ERROR(slot.stop.Synchronize());

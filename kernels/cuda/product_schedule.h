@@ -49,6 +49,15 @@ class ProductSchedule {
   // output).
   using AfterProduct = std::function<absl::Status(cudaStream_t)>;
 
+  // A product behind a wait for a client's stream that the caller queued
+  // on the slot's stream (client_stream_order.h): `launched` runs once the
+  // product is queued, and `await` waits for it instead of a blocking
+  // synchronize, polling done().
+  struct QueuedWait {
+    std::function<void()> launched;
+    std::function<absl::Status(const std::function<bool()>& done)> await;
+  };
+
   // True when `problem` runs on the shared stream.
   bool RunsSerially(const GemmProblem& problem) const;
 
@@ -58,10 +67,13 @@ class ProductSchedule {
   // `after_slot_work`: the product reads what the slot's stream has queued
   // before it. `then` (may be empty) is queued on the slot's stream behind
   // the product and waited for with it, so no host round trip leaves the
-  // GPU idle between the two.
+  // GPU idle between the two. With `wait`, the product runs on the slot's
+  // stream even when it RunsSerially: the shared stream must never wait
+  // for a client.
   absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem,
                                        StreamSlot& slot, bool after_slot_work,
-                                       const AfterProduct& then = nullptr);
+                                       const AfterProduct& then = nullptr,
+                                       const QueuedWait* wait = nullptr);
 
  private:
   ProductSchedule(GemmSelector& selector, const ScheduleOptions& options,

@@ -1,0 +1,185 @@
+// The floor under stream-ordered products through a daemon: how long one
+// hand-off between two CUDA streams takes on the GPU when each stream waits
+// for a word the other writes (cuStreamWaitValue32 / cuStreamWriteValue32
+// on mapped host memory), with no CPU in the loop. A stream-ordered product
+// costs at least two hand-offs (the client's stream to the daemon's and
+// back); between two processes the streams live in two CUDA contexts.
+//
+//   handoff-probe one|two [round_trips] [kernel_us]
+//
+// Prints the round-trip time with both streams in one process (one) or
+// each in a process of its own (two: fork before any CUDA call), with no
+// kernel and with a kernel of `kernel_us` between the wait and the write
+// on the answering stream (a stand-in for the product).
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+#define CHECK(x)                                                          \
+  do {                                                                    \
+    if (!(x)) {                                                           \
+      std::fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #x); \
+      std::exit(1);                                                       \
+    }                                                                     \
+  } while (0)
+
+// The two stream memory operations, from the driver through the runtime
+// (no link against libcuda).
+struct StreamMemoryOps {
+  decltype(&cuStreamWaitValue32) wait = nullptr;
+  decltype(&cuStreamWriteValue32) write = nullptr;
+};
+
+StreamMemoryOps LoadStreamMemoryOps() {
+  StreamMemoryOps ops;
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found;
+  CHECK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000,
+                                         cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess);
+  ops.wait = reinterpret_cast<decltype(ops.wait)>(fn);
+  CHECK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000,
+                                         cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess);
+  ops.write = reinterpret_cast<decltype(ops.write)>(fn);
+  return ops;
+}
+
+__global__ void Spin(long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+
+// The two words, a cache line apart, in a shared anonymous mapping that
+// both processes register with CUDA after the fork.
+struct Words {
+  uint32_t ping;
+  uint32_t pad[15];
+  uint32_t pong;
+};
+
+struct Mapped {
+  CUdeviceptr ping, pong;
+};
+
+Mapped Register(Words* words) {
+  CHECK(cudaHostRegister(words, 4096, cudaHostRegisterMapped) == cudaSuccess);
+  void* device = nullptr;
+  CHECK(cudaHostGetDevicePointer(&device, words, 0) == cudaSuccess);
+  const CUdeviceptr base = reinterpret_cast<CUdeviceptr>(device);
+  return {base + offsetof(Words, ping), base + offsetof(Words, pong)};
+}
+
+// The answering side: for each i, wait ping >= i, (spin), write pong = i.
+void QueueAnswers(cudaStream_t stream, const Mapped& m, int n, long long spin) {
+  const StreamMemoryOps ops = LoadStreamMemoryOps();
+  for (int i = 1; i <= n; ++i) {
+    CHECK(ops.wait(stream, m.ping, i, CU_STREAM_WAIT_VALUE_GEQ) ==
+          CUDA_SUCCESS);
+    if (spin > 0) Spin<<<1, 1, 0, stream>>>(spin);
+    CHECK(ops.write(stream, m.pong, i, 0) == CUDA_SUCCESS);
+  }
+}
+
+// The asking side: for each i, write ping = i, wait pong >= i; times the
+// second half (the first warms up and lets the other side queue).
+double QueueAsksAndTime(cudaStream_t stream, const Mapped& m, int n) {
+  const StreamMemoryOps ops = LoadStreamMemoryOps();
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start) == cudaSuccess);
+  CHECK(cudaEventCreate(&stop) == cudaSuccess);
+  for (int i = 1; i <= n; ++i) {
+    if (i == n / 2 + 1) CHECK(cudaEventRecord(start, stream) == cudaSuccess);
+    CHECK(ops.write(stream, m.ping, i, 0) == CUDA_SUCCESS);
+    CHECK(ops.wait(stream, m.pong, i, CU_STREAM_WAIT_VALUE_GEQ) ==
+          CUDA_SUCCESS);
+  }
+  CHECK(cudaEventRecord(stop, stream) == cudaSuccess);
+  CHECK(cudaEventSynchronize(stop) == cudaSuccess);
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess);
+  return ms * 1e3 / (n - n / 2);
+}
+
+long long CyclesFor(double us) {
+  int khz = 0;
+  CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0) == cudaSuccess);
+  return static_cast<long long>(us * khz / 1e3);
+}
+
+Words* FreshWords() {
+  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  CHECK(p != MAP_FAILED);
+  std::memset(p, 0, 4096);
+  return static_cast<Words*>(p);
+}
+
+double OneProcess(int n, double kernel_us) {
+  Words* words = FreshWords();
+  const Mapped m = Register(words);
+  cudaStream_t ask, answer;
+  CHECK(cudaStreamCreateWithFlags(&ask, cudaStreamNonBlocking) == cudaSuccess);
+  CHECK(cudaStreamCreateWithFlags(&answer, cudaStreamNonBlocking) ==
+        cudaSuccess);
+  QueueAnswers(answer, m, n, CyclesFor(kernel_us));
+  const double us = QueueAsksAndTime(ask, m, n);
+  CHECK(cudaStreamSynchronize(answer) == cudaSuccess);
+  CHECK(cudaHostUnregister(words) == cudaSuccess);
+  munmap(words, 4096);
+  return us;
+}
+
+// Forks before this process touches CUDA: the child answers, the parent
+// asks and times. Returns the round trip in microseconds.
+double TwoProcesses(int n, double kernel_us) {
+  Words* words = FreshWords();
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    const Mapped m = Register(words);
+    cudaStream_t answer;
+    CHECK(cudaStreamCreateWithFlags(&answer, cudaStreamNonBlocking) ==
+          cudaSuccess);
+    QueueAnswers(answer, m, n, CyclesFor(kernel_us));
+    CHECK(cudaStreamSynchronize(answer) == cudaSuccess);
+    std::_Exit(0);
+  }
+  const Mapped m = Register(words);
+  cudaStream_t ask;
+  CHECK(cudaStreamCreateWithFlags(&ask, cudaStreamNonBlocking) == cudaSuccess);
+  const double us = QueueAsksAndTime(ask, m, n);
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK(cudaHostUnregister(words) == cudaSuccess);
+  munmap(words, 4096);
+  return us;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool two = argc > 1 && std::strcmp(argv[1], "two") == 0;
+  const int n = argc > 2 ? std::atoi(argv[2]) : 2000;
+  const double kernel_us = argc > 3 ? std::atof(argv[3]) : 20.0;
+  // A fork after this process has touched CUDA leaves the child without
+  // it: the two-process way measures with a kernel or without, per run.
+  const double us = two ? TwoProcesses(n, kernel_us) : OneProcess(n, kernel_us);
+  std::printf("%s, %d round trips, %.0f us kernel: %.2f us a round trip\n",
+              two ? "two processes" : "one process", n, kernel_us, us);
+  return 0;
+}
