@@ -42,7 +42,8 @@ absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
       "|cudart", runtime, "|cublaslt", CublasLtGemm::Version(),
       // The cache key says whether the own kernels were there, as it
       // always has: a cache tuned with them is not one tuned without.
-      HasBuiltInFamily("mma") ? "|mma" : "|nomma");
+      HasBuiltInFamily("mma") ? "|mma" : "|nomma",
+      HasBuiltInFamily("hopper") ? "|hopper" : "");
   auto selector = std::unique_ptr<GemmSelector>(new GemmSelector(
       options, max_shared, std::move(environment), std::move(families)));
   if (!options.cache_path.empty()) {
@@ -78,7 +79,9 @@ GemmSelector::~GemmSelector() {
 }
 
 bool GemmSelector::Enabled(const GemmFamily& family) const {
-  if (family.name() == "mma") return options_.use_own_kernels;
+  if (family.name() == "mma" || family.name() == "hopper") {
+    return options_.use_own_kernels;
+  }
   if (family.name() == "cublaslt") return options_.use_cublaslt;
   return true;
 }

@@ -56,8 +56,8 @@ struct SelectorOptions {
   // opt-in limit. Setting 101376 imposes the GB10's limit on any GPU.
   int max_shared_bytes = 0;
   int cublaslt_top_k = CublasLtGemm::kDefaultTopK;
-  // Which families the selector may use: the own kernels ("mma") and
-  // cuBLASLt ("cublaslt").
+  // Which families the selector may use: the own kernels ("mma",
+  // "hopper") and cuBLASLt ("cublaslt").
   bool use_own_kernels = true;
   bool use_cublaslt = true;
   // Timing effort per candidate: at least min_iterations timed runs, more

@@ -127,10 +127,11 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_sustained_kernels), ',', absl::SkipEmpty());
   for (const std::string& which : sustained_kernels) {
     if (which != "pick" && which != "spark" && which != "cublaslt" &&
-        !absl::StartsWith(which, "mma_")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--sustained_kernels: ", which,
-                       " is not pick, spark, cublaslt or an mma_ config"));
+        !absl::StartsWith(which, "mma_") &&
+        !absl::StartsWith(which, "wgmma_")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sustained_kernels: ", which,
+          " is not pick, spark, cublaslt or an mma_ or wgmma_ config"));
     }
   }
   if (sustained.seconds > 0 && sustained_kernels.empty()) {

@@ -3,7 +3,7 @@ wgmma.mma_async m64n256k16 (f32 += bf16 * bf16, both operands K-major in
 shared memory), whose 128 accumulator registers are too many to write by
 hand.
 
-    python3 kernels/hopper/make_wgmma_inc.py > kernels/hopper/wgmma_m64n256k16.inc
+    python3 kernels/hopper/internal/make_wgmma_inc.py > kernels/hopper/internal/wgmma_m64n256k16.inc
 """
 
 N = 256

@@ -1,11 +1,11 @@
-#include "kernels/mma/internal/tensor_maps.h"
+#include "kernels/tma/tensor_maps.h"
 
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace matmul::mma::internal {
+namespace matmul::tma {
 namespace {
 
 using EncodeFn = decltype(&cuTensorMapEncodeTiled);
@@ -56,4 +56,4 @@ absl::Status EncodeOperandMap(CUtensorMap* map, const void* base, int64_t cols,
   return absl::OkStatus();
 }
 
-}  // namespace matmul::mma::internal
+}  // namespace matmul::tma

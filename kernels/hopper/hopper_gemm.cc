@@ -1,0 +1,210 @@
+#include "kernels/hopper/hopper_gemm.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/gemm/matrix_layout.h"
+#include "kernels/hopper/internal/launch.h"
+#include "kernels/hopper/internal/params.h"
+#include "kernels/hopper/internal/schedule.h"
+#include "kernels/hopper/internal/tile_shape.h"
+#include "kernels/tma/tensor_maps.h"
+
+namespace matmul::hopper {
+namespace {
+
+using internal::kBlockK;
+using internal::kBlockM;
+using internal::kBlockN;
+using internal::kTileElements;
+using internal::Schedule;
+
+int64_t CeilDiv(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
+absl::Status CudaError(cudaError_t e, const char* what) {
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// The copy engine's rule for a matrix it reads or writes.
+absl::Status CheckTmaOperand(const char* name, const void* data, int64_t ld) {
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0 || ld % 8 != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name,
+                     ": the Hopper kernel needs a 16-byte aligned base "
+                     "and a leading dimension that is a multiple of 8 "
+                     "elements; got leading dimension ",
+                     ld));
+  }
+  return absl::OkStatus();
+}
+
+// The persistent grid for `p` and the work it walks.
+struct Plan {
+  int blocks = 0;
+  int k_steps = 0;
+  Schedule schedule{0, 1, 0, false};
+  size_t partial_bytes = 0;  // workspace for the split last round
+  size_t arrival_bytes = 0;
+};
+
+absl::StatusOr<Plan> PlanFor(const GemmProblem& p, const Config& c,
+                             int device) {
+  int sms = 0;
+  if (cudaError_t e =
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      e != cudaSuccess) {
+    return CudaError(e, "cudaDeviceGetAttribute(MultiProcessorCount)");
+  }
+  const int64_t tiles =
+      CeilDiv(p.m, kBlockM * c.cluster) * CeilDiv(p.n, kBlockN);
+  Plan plan;
+  const int clusters =
+      static_cast<int>(std::clamp<int64_t>(sms / c.cluster, 1, tiles));
+  plan.blocks = clusters * c.cluster;
+  plan.k_steps = static_cast<int>(CeilDiv(p.k, kBlockK));
+  plan.schedule =
+      Schedule(static_cast<int>(tiles), clusters, plan.k_steps, true);
+  const int64_t split_tiles = plan.schedule.split_tiles();
+  plan.partial_bytes = sizeof(float) * kTileElements * split_tiles *
+                       plan.schedule.parts * c.cluster;
+  plan.arrival_bytes = sizeof(int) * split_tiles * c.cluster;
+  return plan;
+}
+
+}  // namespace
+
+std::string Config::Name() const {
+  std::string name = absl::StrCat("wgmma_", kBlockM, "x", kBlockN, "x", kBlockK,
+                                  "_s", internal::kStages);
+  if (cluster > 1) absl::StrAppend(&name, "_c", cluster);
+  return name;
+}
+
+int Config::SharedBytes() { return internal::kSharedBytes; }
+
+const std::vector<Config>& AllConfigs() {
+  static const std::vector<Config> configs = {{1}, {2}};
+  return configs;
+}
+
+absl::Status CanImplement(const GemmProblem& p, const Config& c, int device) {
+  if (c.cluster != 1 && c.cluster != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no Hopper config with clusters of ", c.cluster));
+  }
+  if (p.m < 1 || p.n < 1 || p.k < 1 || p.batch < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("m, n, k and batch must be >= 1; got m=", p.m, " n=", p.n,
+                     " k=", p.k, " batch=", p.batch));
+  }
+  if (p.a.data == nullptr || p.b.data == nullptr || p.c.data == nullptr) {
+    return absl::InvalidArgumentError("A, B and C need data pointers");
+  }
+  if (p.m > INT_MAX || p.n > INT_MAX || p.k > INT_MAX) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("m, n and k must be < 2^31; got ", ShapeName(p)));
+  }
+  if (p.batch != 1 || p.a.pointers != nullptr || p.b.pointers != nullptr ||
+      p.c.pointers != nullptr) {
+    return absl::FailedPreconditionError(
+        "the Hopper kernel runs single products (batch 1, no pointer arrays)");
+  }
+  if (p.c_dtype != DType::kBF16 || p.beta != 0.0f) {
+    return absl::FailedPreconditionError(
+        "the Hopper kernel writes BF16 C = alpha * A * B (beta 0)");
+  }
+  const MatrixLayout a = ClassifyLayout(p.a.strides, p.m, p.k);
+  const MatrixLayout b = ClassifyLayout(p.b.strides, p.k, p.n);
+  const MatrixLayout out = ClassifyLayout(p.c.strides, p.m, p.n);
+  if (a.order != MatrixOrder::kRowMajor || b.order != MatrixOrder::kColMajor ||
+      out.order != MatrixOrder::kRowMajor) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the Hopper kernel takes NT operands (A row-major, B stored [n, k] "
+        "as a Linear weight) and a row-major C; got ",
+        ShapeName(p)));
+  }
+  if (auto s = CheckTmaOperand("A", p.a.data, a.ld); !s.ok()) return s;
+  if (auto s = CheckTmaOperand("B", p.b.data, b.ld); !s.ok()) return s;
+  if (auto s = CheckTmaOperand("C", p.c.data, out.ld); !s.ok()) return s;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                             device) != cudaSuccess) {
+    const cudaError_t e = cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("the Hopper kernel cannot read device ", device, ": ",
+                     cudaGetErrorString(e)));
+  }
+  if (major != 9 || minor != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the Hopper kernel is built for sm_90a; device ", device,
+                     " has compute capability ", major, ".", minor));
+  }
+  if (!tma::HaveTensorMapEncoder()) {
+    return absl::FailedPreconditionError(
+        "the CUDA driver offers no cuTensorMapEncodeTiled");
+  }
+  return absl::OkStatus();
+}
+
+size_t WorkspaceBytes(const GemmProblem& p, const Config& c, int device) {
+  const absl::StatusOr<Plan> plan = PlanFor(p, c, device);
+  return plan.ok() ? plan->partial_bytes + plan->arrival_bytes : 0;
+}
+
+absl::Status Run(const GemmProblem& p, const Config& c, int device,
+                 cudaStream_t stream, void* workspace, size_t workspace_bytes) {
+  if (auto s = CanImplement(p, c, device); !s.ok()) return s;
+  const absl::StatusOr<Plan> plan = PlanFor(p, c, device);
+  if (!plan.ok()) return plan.status();
+  const int64_t lda = ClassifyLayout(p.a.strides, p.m, p.k).ld;
+  const int64_t ldb = ClassifyLayout(p.b.strides, p.k, p.n).ld;
+  const int64_t ldc = ClassifyLayout(p.c.strides, p.m, p.n).ld;
+  // A is m rows of k, B (stored [n, k]) n rows of k, C m rows of n, the
+  // last written in 64 x 64 chunks.
+  CUtensorMap a_map, b_map, c_map;
+  if (auto s = tma::EncodeOperandMap(&a_map, p.a.data, p.k, p.m, lda, kBlockM);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = tma::EncodeOperandMap(&b_map, p.b.data, p.k, p.n, ldb,
+                                     kBlockN / c.cluster);
+      !s.ok()) {
+    return s;
+  }
+  if (auto s = tma::EncodeOperandMap(&c_map, p.c.data, p.n, p.m, ldc,
+                                     internal::kChunkCols);
+      !s.ok()) {
+    return s;
+  }
+  internal::GemmNtParams params;
+  params.m = static_cast<int>(p.m);
+  params.n = static_cast<int>(p.n);
+  params.k = static_cast<int>(p.k);
+  params.alpha = p.alpha;
+  const size_t needed = plan->partial_bytes + plan->arrival_bytes;
+  if (needed > 0 && workspace != nullptr && workspace_bytes >= needed) {
+    params.partials = static_cast<float*>(workspace);
+    params.arrivals = reinterpret_cast<int*>(static_cast<char*>(workspace) +
+                                             plan->partial_bytes);
+    if (cudaError_t e =
+            cudaMemsetAsync(params.arrivals, 0, plan->arrival_bytes, stream);
+        e != cudaSuccess) {
+      return CudaError(e, "cudaMemsetAsync(arrivals)");
+    }
+  }
+  if (cudaError_t e = internal::LaunchGemmNt(c.cluster, a_map, b_map, c_map,
+                                             params, plan->blocks, stream);
+      e != cudaSuccess) {
+    return CudaError(e, "launching the Hopper kernel");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace matmul::hopper

@@ -1,0 +1,261 @@
+// Tests of the Hopper GEMM. The CanImplement tests need no device and always
+// run; the GPU tests check every config against the FP64 reference on
+// fresh random operands and a NaN-poisoned C, and skip (with the reason)
+// without a device of compute capability 9.0.
+#include "kernels/hopper/hopper_gemm.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/bf16.h"
+#include "common/gemm/gemm_problem.h"
+#include "common/gemm/reference_gemm.h"
+#include "gtest/gtest.h"
+
+namespace matmul::hopper {
+namespace {
+
+constexpr uint16_t kPoisonBf16 = 0x7fc1;  // a quiet NaN
+
+// Empty when device 0 can run the kernel, else why not.
+std::string NoHopperReason() {
+  int count = 0;
+  if (cudaError_t e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::StrCat("no CUDA device: ", cudaGetErrorString(e));
+  }
+  if (count == 0) return "no CUDA device";
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    return "cannot read device 0";
+  }
+  if (prop.major != 9 || prop.minor != 0) {
+    return absl::StrCat("device 0 (", prop.name, ") is not sm_90");
+  }
+  return "";
+}
+
+// A well-formed NT problem on made-up, aligned addresses: what CanImplement
+// looks at before it asks the device.
+GemmProblem FakeNt(int64_t m, int64_t n, int64_t k) {
+  GemmProblem p;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.a.data = reinterpret_cast<const void*>(uintptr_t{0x10000});
+  p.a.strides = {0, k, 1};
+  p.b.data = reinterpret_cast<const void*>(uintptr_t{0x20000});
+  p.b.strides = {0, 1, k};
+  p.c.data = reinterpret_cast<void*>(uintptr_t{0x30000});
+  p.c.strides = {0, n, 1};
+  return p;
+}
+
+TEST(HopperCanImplementTest, RejectsWhatTheKernelDoesNotTake) {
+  const Config config = AllConfigs()[0];
+  auto code = [&](const GemmProblem& p) {
+    return CanImplement(p, config, 0).code();
+  };
+  GemmProblem p = FakeNt(0, 64, 64);
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
+  p = FakeNt(64, 64, 64);
+  p.a.strides = {0, 1, 64};  // A "T"
+  EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
+  p = FakeNt(64, 64, 64);
+  p.b.strides = {0, 64, 1};  // B "N"
+  EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
+  p = FakeNt(64, 64, 64);
+  p.batch = 2;
+  EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
+  p = FakeNt(64, 64, 64);
+  p.c_dtype = DType::kFP32;
+  EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
+  p = FakeNt(64, 64, 64);
+  p.beta = 0.5f;
+  EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
+  p = FakeNt(64, 64, 60);
+  p.a.strides = {0, 60, 1};  // leading dimension not a multiple of 8
+  EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
+  p = FakeNt(64, 64, 64);
+  p.b.data = reinterpret_cast<const void*>(uintptr_t{0x20008});
+  EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(HopperCanImplementTest, NamesAreStable) {
+  ASSERT_EQ(AllConfigs().size(), 2u);
+  EXPECT_EQ(AllConfigs()[0].Name(), "wgmma_128x256x64_s4");
+  EXPECT_EQ(AllConfigs()[1].Name(), "wgmma_128x256x64_s4_c2");
+}
+
+struct CudaFree {
+  void operator()(void* p) const { cudaFree(p); }
+};
+using DeviceBuffer = std::unique_ptr<void, CudaFree>;
+
+DeviceBuffer DeviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(bytes, 16)), cudaSuccess);
+  return DeviceBuffer(p);
+}
+
+// C = alpha * A[m, k] * B[n, k]^T with leading dimensions padded by the
+// given multiples of 8 elements.
+struct NtCase {
+  int64_t m, n, k;
+  int64_t pad_a = 0, pad_b = 0, pad_c = 0;
+  float alpha = 1.0f;
+
+  int64_t lda() const { return (k + 7) / 8 * 8 + pad_a; }
+  int64_t ldb() const { return (k + 7) / 8 * 8 + pad_b; }
+  int64_t ldc() const { return (n + 7) / 8 * 8 + pad_c; }
+  std::string Describe() const {
+    return absl::StrCat(m, "x", n, "x", k, " NT lda=", lda(), " ldb=", ldb(),
+                        " ldc=", ldc(), " alpha=", alpha);
+  }
+};
+
+GemmProblem Problem(const NtCase& c, const void* a, const void* b, void* out) {
+  GemmProblem p;
+  p.m = c.m;
+  p.n = c.n;
+  p.k = c.k;
+  p.a.data = a;
+  p.a.strides = {0, c.lda(), 1};
+  p.b.data = b;
+  p.b.strides = {0, 1, c.ldb()};
+  p.c.data = out;
+  p.c.strides = {0, c.ldc(), 1};
+  p.alpha = c.alpha;
+  return p;
+}
+
+// The reference of rows [row0, row0 + rows) of `p` (host pointers) against
+// the same rows of its output, as a relative error.
+double BandError(const GemmProblem& p, int64_t row0, int64_t rows) {
+  GemmProblem band = p;
+  band.m = rows;
+  band.a.data = static_cast<const uint16_t*>(p.a.data) + row0 * p.a.strides.row;
+  band.c.data = static_cast<uint16_t*>(p.c.data) + row0 * p.c.strides.row;
+  return RelativeError(ReadOutput(band), ReferenceGemm(band));
+}
+
+// Runs `c` with `config` on fresh random operands and a poisoned C, with or
+// without the workspace that splits the last round, and checks C (bands of
+// rows where the whole reference would be slow) and that nothing outside it
+// was written.
+void RunAndCheck(const NtCase& c, const Config& config, bool workspace) {
+  SCOPED_TRACE(absl::StrCat(c.Describe(), " ", config.Name(),
+                            workspace ? " with workspace" : " no workspace"));
+  std::random_device seed_source;
+  const uint64_t seed = (uint64_t{seed_source()} << 32) | seed_source();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  std::vector<uint16_t> a(c.m * c.lda()), b(c.n * c.ldb());
+  std::vector<uint16_t> out(c.m * c.ldc(), kPoisonBf16);
+  for (auto& x : a) x = FloatToBf16(value(rng));
+  for (auto& x : b) x = FloatToBf16(value(rng));
+
+  DeviceBuffer da = DeviceAlloc(a.size() * 2), db = DeviceAlloc(b.size() * 2);
+  DeviceBuffer dc = DeviceAlloc(out.size() * 2);
+  ASSERT_EQ(
+      cudaMemcpy(da.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice),
+      cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(db.get(), b.data(), b.size() * 2, cudaMemcpyHostToDevice),
+      cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(dc.get(), out.data(), out.size() * 2, cudaMemcpyHostToDevice),
+      cudaSuccess);
+  const GemmProblem device = Problem(c, da.get(), db.get(), dc.get());
+  ASSERT_TRUE(CanImplement(device, config, 0).ok());
+  const size_t bytes = workspace ? WorkspaceBytes(device, config, 0) : 0;
+  DeviceBuffer dw = DeviceAlloc(bytes);
+  // Garbage, as a workspace another kernel used last would hold.
+  ASSERT_EQ(cudaMemset(dw.get(), 0x5A, std::max<size_t>(bytes, 16)),
+            cudaSuccess);
+  // Twice: the second launch finds the arrival counts the first left.
+  for (int launch = 0; launch < 2; ++launch) {
+    ASSERT_TRUE(Run(device, config, 0, nullptr, dw.get(), bytes).ok());
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  ASSERT_EQ(
+      cudaMemcpy(out.data(), dc.get(), out.size() * 2, cudaMemcpyDeviceToHost),
+      cudaSuccess);
+
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = c.n; j < c.ldc(); ++j) {
+      ASSERT_EQ(out[i * c.ldc() + j], kPoisonBf16)
+          << "padding written at row " << i << ", column " << j;
+    }
+  }
+  const GemmProblem host = Problem(c, a.data(), b.data(), out.data());
+  if (c.m * c.n * c.k <= 40'000'000) {
+    EXPECT_LT(BandError(host, 0, c.m), 1e-2);
+    return;
+  }
+  // The first, a middle and the last rows (the tail tiles).
+  const int64_t rows = std::min<int64_t>(64, c.m);
+  for (const int64_t row0 : {int64_t{0}, (c.m / 2) / 8 * 8, c.m - rows}) {
+    EXPECT_LT(BandError(host, row0, rows), 1e-2) << "rows from " << row0;
+  }
+}
+
+class HopperGemmTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    if (const std::string why = NoHopperReason(); !why.empty()) {
+      GTEST_SKIP() << why;
+    }
+  }
+  const Config& config() const { return AllConfigs()[GetParam()]; }
+};
+
+TEST_P(HopperGemmTest, SmallAndRaggedShapes) {
+  std::mt19937_64 rng(std::random_device{}());
+  const int64_t kEdges[] = {1,   7,   8,   63,  64,  65,  127,
+                            128, 129, 255, 256, 257, 300, 1000};
+  auto pick = [&] { return kEdges[rng() % std::size(kEdges)]; };
+  std::uniform_real_distribution<float> scale(-2.0f, 2.0f);
+  for (int i = 0; i < 12; ++i) {
+    NtCase c{pick(), pick(), pick()};
+    c.pad_a = 8 * static_cast<int64_t>(rng() % 3);
+    c.pad_b = 8 * static_cast<int64_t>(rng() % 3);
+    c.pad_c = 8 * static_cast<int64_t>(rng() % 3);
+    if (i % 2) c.alpha = scale(rng);
+    RunAndCheck(c, config(), /*workspace=*/true);
+  }
+}
+
+// Enough tiles for several rounds of the persistent grid, whose last one is
+// split along K (with a workspace) or not (without).
+TEST_P(HopperGemmTest, PersistentGridWithAndWithoutASplitLastRound) {
+  for (const NtCase& c : {NtCase{1100, 4000, 1024}, NtCase{2000, 3000, 4096},
+                          NtCase{5120, 2048, 2048}, NtCase{5120, 512, 2048}}) {
+    RunAndCheck(c, config(), /*workspace=*/true);
+    RunAndCheck(c, config(), /*workspace=*/false);
+  }
+}
+
+TEST_P(HopperGemmTest, SeedShapes) {
+  RunAndCheck({5120, 11008, 2048}, config(), /*workspace=*/true);
+  RunAndCheck({5120, 2048, 11008}, config(), /*workspace=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Configs, HopperGemmTest,
+    ::testing::Range(0, static_cast<int>(AllConfigs().size())),
+    [](const ::testing::TestParamInfo<int>& info) {
+      return AllConfigs()[info.param].cluster == 1 ? std::string("Plain")
+                                                   : std::string("Cluster2");
+    });
+
+}  // namespace
+}  // namespace matmul::hopper
