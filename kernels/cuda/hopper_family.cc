@@ -1,5 +1,6 @@
 // The project's Hopper kernel (kernels/hopper) as a kernel family: a
-// candidate is one Config ("wgmma_128x256x64_s4", "..._c2"). On a device
+// candidate is one Config ("wgmma_128x256x64_s4", "..._c2"), which runs
+// every operand layout. On a device
 // it cannot run on (anything but compute capability 9.0) every candidate
 // says so, and the selector keeps to the other families. CMake compiles
 // this file only where the matmul_hopper library is part of the build.

@@ -121,11 +121,11 @@ absl::Status CanImplement(const GemmProblem& p, const Config& c, int device) {
   const MatrixLayout a = ClassifyLayout(p.a.strides, p.m, p.k);
   const MatrixLayout b = ClassifyLayout(p.b.strides, p.k, p.n);
   const MatrixLayout out = ClassifyLayout(p.c.strides, p.m, p.n);
-  if (a.order != MatrixOrder::kRowMajor || b.order != MatrixOrder::kColMajor ||
+  if (a.order == MatrixOrder::kStrided || b.order == MatrixOrder::kStrided ||
       out.order != MatrixOrder::kRowMajor) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the Hopper kernel takes NT operands (A row-major, B stored [n, k] "
-        "as a Linear weight) and a row-major C; got ",
+        "the Hopper kernel takes row- or column-major A and B and a "
+        "row-major C; got ",
         ShapeName(p)));
   }
   if (auto s = CheckTmaOperand("A", p.a.data, a.ld); !s.ok()) return s;
@@ -163,27 +163,29 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
   if (auto s = CanImplement(p, c, device); !s.ok()) return s;
   const absl::StatusOr<Plan> plan = PlanFor(p, c, device);
   if (!plan.ok()) return plan.status();
-  const int64_t lda = ClassifyLayout(p.a.strides, p.m, p.k).ld;
-  const int64_t ldb = ClassifyLayout(p.b.strides, p.k, p.n).ld;
+  const MatrixLayout a = ClassifyLayout(p.a.strides, p.m, p.k);
+  const MatrixLayout b = ClassifyLayout(p.b.strides, p.k, p.n);
   const int64_t ldc = ClassifyLayout(p.c.strides, p.m, p.n).ld;
-  // A is m rows of k, B (stored [n, k]) n rows of k, C m rows of n, the
-  // last written in 64 x 64 chunks.
+  // K-major operands are read in boxes of a tile's rows (B's shared among
+  // the cluster), MN-major ones in boxes of 64 K-rows; C is written in
+  // 64 x 64 chunks.
+  const bool a_mn_major = a.order == MatrixOrder::kColMajor;  // stored [k, m]
+  const bool b_mn_major = b.order == MatrixOrder::kRowMajor;  // stored [k, n]
   CUtensorMap a_map, b_map, c_map;
-  if (auto s = tma::EncodeOperandMap(&a_map, p.a.data, p.k, p.m, lda, kBlockM);
-      !s.ok()) {
-    return s;
-  }
-  if (auto s = tma::EncodeOperandMap(&b_map, p.b.data, p.k, p.n, ldb,
-                                     kBlockN / c.cluster);
-      !s.ok()) {
-    return s;
-  }
-  if (auto s = tma::EncodeOperandMap(&c_map, p.c.data, p.n, p.m, ldc,
-                                     internal::kChunkCols);
-      !s.ok()) {
-    return s;
-  }
-  internal::GemmNtParams params;
+  absl::Status encoded =
+      a_mn_major
+          ? tma::EncodeOperandMap(&a_map, p.a.data, p.m, p.k, a.ld, kBlockK)
+          : tma::EncodeOperandMap(&a_map, p.a.data, p.k, p.m, a.ld, kBlockM);
+  if (!encoded.ok()) return encoded;
+  encoded = b_mn_major ? tma::EncodeOperandMap(&b_map, p.b.data, p.n, p.k, b.ld,
+                                               kBlockK)
+                       : tma::EncodeOperandMap(&b_map, p.b.data, p.k, p.n, b.ld,
+                                               kBlockN / c.cluster);
+  if (!encoded.ok()) return encoded;
+  encoded = tma::EncodeOperandMap(&c_map, p.c.data, p.n, p.m, ldc,
+                                  internal::kChunkCols);
+  if (!encoded.ok()) return encoded;
+  internal::GemmParams params;
   params.m = static_cast<int>(p.m);
   params.n = static_cast<int>(p.n);
   params.k = static_cast<int>(p.k);
@@ -199,8 +201,9 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
       return CudaError(e, "cudaMemsetAsync(arrivals)");
     }
   }
-  if (cudaError_t e = internal::LaunchGemmNt(c.cluster, a_map, b_map, c_map,
-                                             params, plan->blocks, stream);
+  if (cudaError_t e =
+          internal::LaunchGemm(c.cluster, a_mn_major, b_mn_major, a_map, b_map,
+                               c_map, params, plan->blocks, stream);
       e != cudaSuccess) {
     return CudaError(e, "launching the Hopper kernel");
   }

@@ -1,9 +1,9 @@
 // The project's Hopper GEMM (sm_90a, the H200 the tests run on): wgmma
-// with both operands in shared memory, TMA loads into an mbarrier-guarded
-// ring of stages, a producer and two consumer warpgroups, a persistent grid
-// in grouped tile order whose last round is split along K, TMA stores that
-// overlap the next tile, and optionally 2-block clusters sharing B by TMA
-// multicast (internal/gemm_nt_kernel.cuh).
+// with both operands in shared memory (K- or MN-major), TMA loads into an
+// mbarrier-guarded ring of stages, a producer and two consumer warpgroups, a
+// persistent grid in grouped tile order whose last round is split along K, TMA
+// stores that overlap the next tile, and optionally 2-block clusters sharing B
+// by TMA multicast (internal/gemm_nt_kernel.cuh).
 //
 // Device API in the CUTLASS manner: CanImplement -> WorkspaceBytes -> Run;
 // a config (Config) is a compiled kernel, the caller (the selector) picks
@@ -12,9 +12,9 @@
 // Supported problems (see GemmProblem for the semantics); CanImplement
 // rejects the rest with FAILED_PRECONDITION, and the selector then takes
 // another family:
-//   - NT: A "N" ([m,k] row-major, strides.col == 1) and B "T" (stored
-//     [n,k], as in PyTorch's Linear: strides.row == 1); C in BF16 with
-//     strides.col == 1;
+//   - A "N" ([m,k] row-major) or "T" (stored [k,m]); B "N" ([k,n]
+//     row-major) or "T" (stored [n,k], as PyTorch's Linear weight); C in
+//     BF16, row-major;
 //   - leading dimensions multiples of 8 elements and 16-byte aligned bases
 //     (the copy engine's rule); any m, n, k >= 1 below 2^31;
 //   - batch 1 without pointer arrays; any alpha, beta 0;

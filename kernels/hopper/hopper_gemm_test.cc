@@ -1,7 +1,7 @@
 // Tests of the Hopper GEMM. The CanImplement tests need no device and always
-// run; the GPU tests check every config against the FP64 reference on
-// fresh random operands and a NaN-poisoned C, and skip (with the reason)
-// without a device of compute capability 9.0.
+// run; the GPU tests check every config in every operand layout against the
+// FP64 reference on fresh random operands and a NaN-poisoned C, and skip
+// (with the reason) without a device of compute capability 9.0.
 #include "kernels/hopper/hopper_gemm.h"
 
 #include <cuda_runtime.h>
@@ -66,10 +66,10 @@ TEST(HopperCanImplementTest, RejectsWhatTheKernelDoesNotTake) {
   GemmProblem p = FakeNt(0, 64, 64);
   EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
   p = FakeNt(64, 64, 64);
-  p.a.strides = {0, 1, 64};  // A "T"
+  p.a.strides = {0, 128, 2};  // A strided
   EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
   p = FakeNt(64, 64, 64);
-  p.b.strides = {0, 64, 1};  // B "N"
+  p.c.strides = {0, 1, 64};  // C column-major
   EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
   p = FakeNt(64, 64, 64);
   p.batch = 2;
@@ -105,31 +105,38 @@ DeviceBuffer DeviceAlloc(size_t bytes) {
   return DeviceBuffer(p);
 }
 
-// C = alpha * A[m, k] * B[n, k]^T with leading dimensions padded by the
+int64_t RoundUp8(int64_t x) { return (x + 7) / 8 * 8; }
+
+// C = alpha * op(A) * op(B): A "N" stored [m, k] or "T" stored [k, m], B
+// "N" stored [k, n] or "T" stored [n, k], leading dimensions padded by the
 // given multiples of 8 elements.
-struct NtCase {
+struct Case {
   int64_t m, n, k;
+  char la = 'N', lb = 'T';
   int64_t pad_a = 0, pad_b = 0, pad_c = 0;
   float alpha = 1.0f;
 
-  int64_t lda() const { return (k + 7) / 8 * 8 + pad_a; }
-  int64_t ldb() const { return (k + 7) / 8 * 8 + pad_b; }
-  int64_t ldc() const { return (n + 7) / 8 * 8 + pad_c; }
+  int64_t a_rows() const { return la == 'N' ? m : k; }
+  int64_t b_rows() const { return lb == 'T' ? n : k; }
+  int64_t lda() const { return RoundUp8(la == 'N' ? k : m) + pad_a; }
+  int64_t ldb() const { return RoundUp8(lb == 'T' ? k : n) + pad_b; }
+  int64_t ldc() const { return RoundUp8(n) + pad_c; }
   std::string Describe() const {
-    return absl::StrCat(m, "x", n, "x", k, " NT lda=", lda(), " ldb=", ldb(),
-                        " ldc=", ldc(), " alpha=", alpha);
+    return absl::StrCat(m, "x", n, "x", k, " ", std::string{la, lb},
+                        " lda=", lda(), " ldb=", ldb(), " ldc=", ldc(),
+                        " alpha=", alpha);
   }
 };
 
-GemmProblem Problem(const NtCase& c, const void* a, const void* b, void* out) {
+GemmProblem Problem(const Case& c, const void* a, const void* b, void* out) {
   GemmProblem p;
   p.m = c.m;
   p.n = c.n;
   p.k = c.k;
   p.a.data = a;
-  p.a.strides = {0, c.lda(), 1};
+  p.a.strides = c.la == 'N' ? Strides{0, c.lda(), 1} : Strides{0, 1, c.lda()};
   p.b.data = b;
-  p.b.strides = {0, 1, c.ldb()};
+  p.b.strides = c.lb == 'N' ? Strides{0, c.ldb(), 1} : Strides{0, 1, c.ldb()};
   p.c.data = out;
   p.c.strides = {0, c.ldc(), 1};
   p.alpha = c.alpha;
@@ -141,6 +148,7 @@ GemmProblem Problem(const NtCase& c, const void* a, const void* b, void* out) {
 double BandError(const GemmProblem& p, int64_t row0, int64_t rows) {
   GemmProblem band = p;
   band.m = rows;
+  // Row i of A starts i * strides.row elements in, either layout.
   band.a.data = static_cast<const uint16_t*>(p.a.data) + row0 * p.a.strides.row;
   band.c.data = static_cast<uint16_t*>(p.c.data) + row0 * p.c.strides.row;
   return RelativeError(ReadOutput(band), ReferenceGemm(band));
@@ -150,7 +158,7 @@ double BandError(const GemmProblem& p, int64_t row0, int64_t rows) {
 // without the workspace that splits the last round, and checks C (bands of
 // rows where the whole reference would be slow) and that nothing outside it
 // was written.
-void RunAndCheck(const NtCase& c, const Config& config, bool workspace) {
+void RunAndCheck(const Case& c, const Config& config, bool workspace) {
   SCOPED_TRACE(absl::StrCat(c.Describe(), " ", config.Name(),
                             workspace ? " with workspace" : " no workspace"));
   std::random_device seed_source;
@@ -158,7 +166,7 @@ void RunAndCheck(const NtCase& c, const Config& config, bool workspace) {
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<uint16_t> a(c.m * c.lda()), b(c.n * c.ldb());
+  std::vector<uint16_t> a(c.a_rows() * c.lda()), b(c.b_rows() * c.ldb());
   std::vector<uint16_t> out(c.m * c.ldc(), kPoisonBf16);
   for (auto& x : a) x = FloatToBf16(value(rng));
   for (auto& x : b) x = FloatToBf16(value(rng));
@@ -224,12 +232,14 @@ TEST_P(HopperGemmTest, SmallAndRaggedShapes) {
                             128, 129, 255, 256, 257, 300, 1000};
   auto pick = [&] { return kEdges[rng() % std::size(kEdges)]; };
   std::uniform_real_distribution<float> scale(-2.0f, 2.0f);
-  for (int i = 0; i < 12; ++i) {
-    NtCase c{pick(), pick(), pick()};
+  for (int i = 0; i < 16; ++i) {
+    Case c{pick(), pick(), pick()};
+    c.la = (i & 1) ? 'T' : 'N';
+    c.lb = (i & 2) ? 'N' : 'T';
     c.pad_a = 8 * static_cast<int64_t>(rng() % 3);
     c.pad_b = 8 * static_cast<int64_t>(rng() % 3);
     c.pad_c = 8 * static_cast<int64_t>(rng() % 3);
-    if (i % 2) c.alpha = scale(rng);
+    if (i % 8 >= 4) c.alpha = scale(rng);
     RunAndCheck(c, config(), /*workspace=*/true);
   }
 }
@@ -237,16 +247,28 @@ TEST_P(HopperGemmTest, SmallAndRaggedShapes) {
 // Enough tiles for several rounds of the persistent grid, whose last one is
 // split along K (with a workspace) or not (without).
 TEST_P(HopperGemmTest, PersistentGridWithAndWithoutASplitLastRound) {
-  for (const NtCase& c : {NtCase{1100, 4000, 1024}, NtCase{2000, 3000, 4096},
-                          NtCase{5120, 2048, 2048}, NtCase{5120, 512, 2048}}) {
+  for (const Case& c : {Case{1100, 4000, 1024}, Case{2000, 3000, 4096},
+                        Case{5120, 2048, 2048}, Case{5120, 512, 2048}}) {
     RunAndCheck(c, config(), /*workspace=*/true);
     RunAndCheck(c, config(), /*workspace=*/false);
   }
 }
 
+// Each layout through the persistent grid and its split last round.
+TEST_P(HopperGemmTest, EveryLayoutOnAManyTileShape) {
+  for (const char la : {'N', 'T'}) {
+    for (const char lb : {'N', 'T'}) {
+      RunAndCheck({1100, 4000, 1024, la, lb, 8, 16, 8}, config(),
+                  /*workspace=*/true);
+    }
+  }
+}
+
 TEST_P(HopperGemmTest, SeedShapes) {
-  RunAndCheck({5120, 11008, 2048}, config(), /*workspace=*/true);
-  RunAndCheck({5120, 2048, 11008}, config(), /*workspace=*/true);
+  for (const char lb : {'T', 'N'}) {
+    RunAndCheck({5120, 11008, 2048, 'N', lb}, config(), /*workspace=*/true);
+    RunAndCheck({5120, 2048, 11008, 'N', lb}, config(), /*workspace=*/true);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

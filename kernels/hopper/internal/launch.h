@@ -1,5 +1,5 @@
 // The host's way into the sm_90a kernel (compiled for that architecture
-// alone, in gemm_nt_launch.cu).
+// alone, in gemm_launch.cu).
 #ifndef MATMUL_KERNELS_HOPPER_INTERNAL_LAUNCH_H_
 #define MATMUL_KERNELS_HOPPER_INTERNAL_LAUNCH_H_
 
@@ -10,12 +10,14 @@
 
 namespace matmul::hopper::internal {
 
-// Queues GemmNt<cluster> (cluster 1 or 2) on `stream` with `blocks` blocks
-// (a multiple of `cluster`); `b_map`'s boxes are kBlockN / cluster rows.
-cudaError_t LaunchGemmNt(int cluster, const CUtensorMap& a_map,
-                         const CUtensorMap& b_map, const CUtensorMap& c_map,
-                         const GemmNtParams& params, int blocks,
-                         cudaStream_t stream);
+// Queues Gemm<cluster, a_mn_major, b_mn_major> (cluster 1 or 2) on `stream`
+// with `blocks` blocks (a multiple of `cluster`). The maps' boxes: A
+// K-major kBlockM rows, MN-major 64 K-rows; B K-major kBlockN / cluster
+// rows, MN-major 64 K-rows; C 64 rows (64 columns each).
+cudaError_t LaunchGemm(int cluster, bool a_mn_major, bool b_mn_major,
+                       const CUtensorMap& a_map, const CUtensorMap& b_map,
+                       const CUtensorMap& c_map, const GemmParams& params,
+                       int blocks, cudaStream_t stream);
 
 }  // namespace matmul::hopper::internal
 

@@ -4,7 +4,7 @@
 
 namespace matmul::hopper::internal {
 
-struct GemmNtParams {
+struct GemmParams {
   int m = 0, n = 0, k = 0;
   float alpha = 1.0f;
   // The split last round's workspace (schedule.h): a kTileElements FP32

@@ -122,14 +122,29 @@ __device__ __forceinline__ void FenceSharedForTma() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// A K-major operand tile in shared memory, 128-byte swizzled: rows of 128
-// bytes, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t SmemDescriptor(const void* p) {
+// wgmma's view of an operand tile in shared memory, 128-byte swizzled as
+// TMA writes it (rows of 128 bytes, 8-row groups of 1024 bytes).
+// K-major: each row holds 64 K-elements of one M (or N) index; the 8-row
+// groups follow each other along M (N).
+__device__ __forceinline__ uint64_t KMajorDescriptor(const void* p) {
   const uint64_t address = SharedAddress(p);
   uint64_t desc = (address & 0x3FFFF) >> 4;
   desc |= uint64_t{1} << 16;          // leading byte offset (unused: swizzled)
   desc |= uint64_t{1024 >> 4} << 32;  // stride byte offset: 8 rows
   desc |= uint64_t{1} << 62;          // 128-byte swizzle
+  return desc;
+}
+
+// MN-major: each row holds 64 M (N) elements of one K index, 8-row groups
+// follow each other along K, and each further 64 M (N) elements start
+// `mn_block_bytes` later.
+__device__ __forceinline__ uint64_t MnMajorDescriptor(const void* p,
+                                                      int mn_block_bytes) {
+  const uint64_t address = SharedAddress(p);
+  uint64_t desc = (address & 0x3FFFF) >> 4;
+  desc |= uint64_t(mn_block_bytes >> 4) << 16;  // leading: the next 64 M/N
+  desc |= uint64_t{1024 >> 4} << 32;            // stride: the next 8 K
+  desc |= uint64_t{1} << 62;                    // 128-byte swizzle
   return desc;
 }
 

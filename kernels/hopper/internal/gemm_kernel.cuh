@@ -1,6 +1,8 @@
-// The Hopper kernel: C[m, n] = alpha * A[m, k] * B[n, k]^T (NT: both
-// operands K-major, as PyTorch's Linear stores its weight), BF16 in and
-// out, FP32 accumulation, on sm_90a.
+// The Hopper kernel: C[m, n] = alpha * op(A) * op(B), BF16 in and out,
+// FP32 accumulation, on sm_90a. Each operand is K-major (A "N" [m, k], B
+// "T" stored [n, k] as PyTorch's Linear weight) or MN-major (A "T" stored
+// [k, m], B "N" [k, n]); wgmma reads either from shared memory, the latter
+// transposed.
 //
 // A 128x256 output tile per block, K in steps of 64 (one 128-byte swizzle
 // row): a producer warpgroup's one thread loads A and B tiles by TMA into
@@ -24,8 +26,8 @@
 // sums in a workspace slot, and the last part to finish adds the slots up
 // in part order (the result does not depend on which finishes last) and
 // stores the tile.
-#ifndef MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_NT_KERNEL_CUH_
-#define MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_NT_KERNEL_CUH_
+#ifndef MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_KERNEL_CUH_
+#define MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_KERNEL_CUH_
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -99,12 +101,50 @@ __device__ __forceinline__ void StoreTile(const float (&acc)[128], float alpha,
   }
 }
 
-template <int kCluster>
+// Loads the k-step at column `k0` of A's rows [tile_m, +kBlockM) and B's
+// columns [tile_n, +kBlockN) into `stage`, completing bytes on `full`. A
+// K-major operand comes as one box of its rows (B: a 1/kCluster share of
+// them, multicast to the cluster); an MN-major one as boxes of 64 K-rows by
+// 64 M (N) columns, 8 KiB apart (B: a 1/kCluster share of the boxes).
+template <int kCluster, bool kAMnMajor, bool kBMnMajor>
+__device__ __forceinline__ void LoadStage(unsigned char* stage,
+                                          const CUtensorMap* a_map,
+                                          const CUtensorMap* b_map,
+                                          uint64_t* full, int k0, int tile_m,
+                                          int tile_n, int rank) {
+  constexpr int kBoxBytes = 64 * kBlockK * 2;
+  if (kAMnMajor) {
+    for (int q = 0; q < kBlockM / 64; ++q) {
+      TmaLoad2d(stage + q * kBoxBytes, a_map, full, tile_m + 64 * q, k0);
+    }
+  } else {
+    TmaLoad2d(stage, a_map, full, k0, tile_m);
+  }
+  unsigned char* b = stage + kATileBytes;
+  if (kBMnMajor) {
+    constexpr int kBoxes = kBlockN / 64 / kCluster;
+    for (int q = rank * kBoxes; q < (rank + 1) * kBoxes; ++q) {
+      if (kCluster == 1) {
+        TmaLoad2d(b + q * kBoxBytes, b_map, full, tile_n + 64 * q, k0);
+      } else {
+        TmaLoad2dMulticast(b + q * kBoxBytes, b_map, full, tile_n + 64 * q, k0,
+                           (1 << kCluster) - 1);
+      }
+    }
+  } else if (kCluster == 1) {
+    TmaLoad2d(b, b_map, full, k0, tile_n);
+  } else {
+    constexpr int kPartRows = kBlockN / kCluster;
+    TmaLoad2dMulticast(b + rank * kPartRows * kBlockK * 2, b_map, full, k0,
+                       tile_n + rank * kPartRows, (1 << kCluster) - 1);
+  }
+}
+
+template <int kCluster, bool kAMnMajor, bool kBMnMajor>
 __global__ void __launch_bounds__(kThreads, 1)
-    GemmNt(const __grid_constant__ CUtensorMap a_map,
-           const __grid_constant__ CUtensorMap b_map,
-           const __grid_constant__ CUtensorMap c_map,
-           const GemmNtParams params) {
+    Gemm(const __grid_constant__ CUtensorMap a_map,
+         const __grid_constant__ CUtensorMap b_map,
+         const __grid_constant__ CUtensorMap c_map, const GemmParams params) {
   extern __shared__ __align__(1024) unsigned char raw[];
   unsigned char* shared = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
@@ -153,19 +193,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (step >= kStages) {
             BarrierWait(&empty[s], ((step / kStages) - 1) & 1);
           }
-          unsigned char* stage = shared + s * kStageBytes;
           BarrierExpectTx(&full[s], kStageBytes);
-          TmaLoad2d(stage, &a_map, &full[s], t * kBlockK, tile_m);
-          if (kCluster == 1) {
-            TmaLoad2d(stage + kATileBytes, &b_map, &full[s], t * kBlockK,
-                      tile_n);
-          } else {
-            constexpr int kPartRows = kBlockN / kCluster;
-            TmaLoad2dMulticast(
-                stage + kATileBytes + rank * kPartRows * kBlockK * 2, &b_map,
-                &full[s], t * kBlockK, tile_n + rank * kPartRows,
-                (1 << kCluster) - 1);
-          }
+          LoadStage<kCluster, kAMnMajor, kBMnMajor>(
+              shared + s * kStageBytes, &a_map, &b_map, &full[s], t * kBlockK,
+              tile_m, tile_n, rank);
         }
       }
     }
@@ -198,14 +229,22 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = step % kStages;
         BarrierWait(&full[s], (step / kStages) & 1);
         const unsigned char* stage = shared + s * kStageBytes;
+        // Either way this consumer's 64 rows of A start 8 KiB in.
+        const unsigned char* a = stage + consumer * 64 * kBlockK * 2;
+        const unsigned char* b = stage + kATileBytes;
         const uint64_t desc_a =
-            SmemDescriptor(stage + consumer * 64 * kBlockK * 2);
-        const uint64_t desc_b = SmemDescriptor(stage + kATileBytes);
+            kAMnMajor ? MnMajorDescriptor(a, 64 * 128) : KMajorDescriptor(a);
+        const uint64_t desc_b =
+            kBMnMajor ? MnMajorDescriptor(b, 64 * 128) : KMajorDescriptor(b);
+        // 16 K further on: 32 bytes along a K-major row, 16 rows of 128
+        // bytes down an MN-major tile (in the descriptor's 16-byte units).
+        constexpr int kStepA = kAMnMajor ? 16 * 128 / 16 : 32 / 16;
+        constexpr int kStepB = kBMnMajor ? 16 * 128 / 16 : 32 / 16;
         WgmmaFence();
 #pragma unroll
         for (int kk = 0; kk < kBlockK / 16; ++kk) {
-          // 16 BF16 further along K: 32 bytes, 2 in the descriptor's units.
-          WgmmaM64N256K16(acc, desc_a + 2 * kk, desc_b + 2 * kk, 1);
+          WgmmaM64N256K16<kAMnMajor, kBMnMajor>(acc, desc_a + kStepA * kk,
+                                                desc_b + kStepB * kk, 1);
         }
         WgmmaCommit();
         WgmmaWait<1>();
@@ -256,4 +295,4 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace matmul::hopper::internal
 
-#endif  // MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_NT_KERNEL_CUH_
+#endif  // MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_KERNEL_CUH_

@@ -1,0 +1,69 @@
+// The Hopper kernel's instances and their launch (sm_90a only): two cluster
+// sizes by four operand layouts.
+#include "kernels/hopper/internal/gemm_kernel.cuh"
+#include "kernels/hopper/internal/launch.h"
+
+namespace matmul::hopper::internal {
+namespace {
+
+template <int kCluster, bool kAMnMajor, bool kBMnMajor>
+cudaError_t Launch(const CUtensorMap& a_map, const CUtensorMap& b_map,
+                   const CUtensorMap& c_map, const GemmParams& params,
+                   int blocks, cudaStream_t stream) {
+  auto* kernel = Gemm<kCluster, kAMnMajor, kBMnMajor>;
+  // Per device, as the attribute is; set on every launch, it costs little
+  // beside the product.
+  cudaError_t e = cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+  if (e != cudaSuccess) return e;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSharedBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attribute = {};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = kCluster;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, a_map, b_map, c_map, params);
+}
+
+template <int kCluster>
+cudaError_t LaunchLayout(bool a_mn_major, bool b_mn_major,
+                         const CUtensorMap& a_map, const CUtensorMap& b_map,
+                         const CUtensorMap& c_map, const GemmParams& params,
+                         int blocks, cudaStream_t stream) {
+  if (a_mn_major) {
+    return b_mn_major ? Launch<kCluster, true, true>(a_map, b_map, c_map,
+                                                     params, blocks, stream)
+                      : Launch<kCluster, true, false>(a_map, b_map, c_map,
+                                                      params, blocks, stream);
+  }
+  return b_mn_major ? Launch<kCluster, false, true>(a_map, b_map, c_map, params,
+                                                    blocks, stream)
+                    : Launch<kCluster, false, false>(a_map, b_map, c_map,
+                                                     params, blocks, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchGemm(int cluster, bool a_mn_major, bool b_mn_major,
+                       const CUtensorMap& a_map, const CUtensorMap& b_map,
+                       const CUtensorMap& c_map, const GemmParams& params,
+                       int blocks, cudaStream_t stream) {
+  switch (cluster) {
+    case 1:
+      return LaunchLayout<1>(a_mn_major, b_mn_major, a_map, b_map, c_map,
+                             params, blocks, stream);
+    case 2:
+      return LaunchLayout<2>(a_mn_major, b_mn_major, a_map, b_map, c_map,
+                             params, blocks, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace matmul::hopper::internal
