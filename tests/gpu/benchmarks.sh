@@ -38,11 +38,7 @@ fi
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
-  tar -xJf bundle/payload.tar.xz -C bundle
-  touch bundle/.unpacked
-fi
+source tests/gpu/bundle_env.sh
 for binary in matmul-bench matmul-server matmul-cli; do
   [ -x "bundle/$binary" ] || { echo "benchmarks: bundle/$binary missing" >&2; exit 1; }
 done

@@ -14,16 +14,10 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source tests/gpu/bundle_env.sh
 export MATMUL_TRANSPORT_PROBE="$PWD/bundle/transport_probe"
 log=$OUT/run.log
 : >"$log"
-# bundle.sh ships one compressed payload; unpack it once.
-if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
-  tar -xJf bundle/payload.tar.xz -C bundle 2>>"$log" ||
-    python3 -c "import tarfile; tarfile.open('bundle/payload.tar.xz').extractall('bundle')"
-  touch bundle/.unpacked
-fi
 rows=()
 
 step() {  # step NAME TIMEOUT CMD... ; output appended to run.log

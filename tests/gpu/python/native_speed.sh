@@ -19,11 +19,7 @@ fi
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
-  tar -xJf bundle/payload.tar.xz -C bundle
-  touch bundle/.unpacked
-fi
+source tests/gpu/bundle_env.sh
 if [ ! -x bundle/matmul-server ]; then
   echo "native_speed.sh: bundle/matmul-server missing (tests/gpu/bundle.sh)" >&2
   exit 1

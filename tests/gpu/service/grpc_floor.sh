@@ -29,11 +29,7 @@ cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 res=$OUT/grpc_floor
 mkdir -p "$res"
-if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
-  tar -xJf bundle/payload.tar.xz -C bundle
-  touch bundle/.unpacked
-fi
-export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source tests/gpu/bundle_env.sh
 FLOOR=${FLOOR:-bundle/grpc-floor}
 REPEATS=${REPEATS:-3}
 

@@ -11,11 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
-  tar -xJf bundle/payload.tar.xz -C bundle
-  touch bundle/.unpacked
-fi
+source tests/gpu/bundle_env.sh
 probe=bundle/handoff-probe
 if [ ! -x "$probe" ]; then
   echo "handoff_floor: $probe missing (run tests/gpu/bundle.sh)" >&2

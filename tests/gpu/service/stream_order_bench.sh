@@ -43,11 +43,7 @@ cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 res=$OUT/stream_order
 mkdir -p "$res"
-export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
-  tar -xJf bundle/payload.tar.xz -C bundle
-  touch bundle/.unpacked
-fi
+source tests/gpu/bundle_env.sh
 for binary in stream-order-bench matmul-server; do
   if [ ! -x "bundle/$binary" ]; then
     echo "stream_order_bench: bundle/$binary missing (run tests/gpu/bundle.sh)" >&2

@@ -10,11 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
-  tar -xJf bundle/payload.tar.xz -C bundle
-  touch bundle/.unpacked
-fi
+source tests/gpu/bundle_env.sh
 if [ ! -x bundle/cublaslt-survey ]; then
   echo "cublaslt_survey: cublaslt-survey not bundled (built only where CUPTI is found); skipped"
   exit 0

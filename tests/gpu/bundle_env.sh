@@ -1,0 +1,10 @@
+# shellcheck shell=bash
+# Sourced, from the repository root, by the scripts that run on the GPU
+# machine: puts the bundle's libraries (tests/gpu/bundle.sh) on the library
+# path and unpacks its compressed payload once.
+export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
+  tar -xJf bundle/payload.tar.xz -C bundle ||
+    python3 -c "import tarfile; tarfile.open('bundle/payload.tar.xz').extractall('bundle')"
+  touch bundle/.unpacked
+fi
