@@ -114,9 +114,8 @@ absl::Status CanImplement(const GemmProblem& p, const Config& c, int device) {
     return absl::FailedPreconditionError(
         "the Hopper kernel runs single products (batch 1, no pointer arrays)");
   }
-  if (p.c_dtype != DType::kBF16 || p.beta != 0.0f) {
-    return absl::FailedPreconditionError(
-        "the Hopper kernel writes BF16 C = alpha * A * B (beta 0)");
+  if (p.c_dtype != DType::kBF16) {
+    return absl::FailedPreconditionError("the Hopper kernel writes BF16 C");
   }
   const MatrixLayout a = ClassifyLayout(p.a.strides, p.m, p.k);
   const MatrixLayout b = ClassifyLayout(p.b.strides, p.k, p.n);
@@ -190,6 +189,7 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
   params.n = static_cast<int>(p.n);
   params.k = static_cast<int>(p.k);
   params.alpha = p.alpha;
+  params.beta = p.beta;
   const size_t needed = plan->partial_bytes + plan->arrival_bytes;
   if (needed > 0 && workspace != nullptr && workspace_bytes >= needed) {
     params.partials = static_cast<float*>(workspace);

@@ -17,7 +17,7 @@
 //     BF16, row-major;
 //   - leading dimensions multiples of 8 elements and 16-byte aligned bases
 //     (the copy engine's rule); any m, n, k >= 1 below 2^31;
-//   - batch 1 without pointer arrays; any alpha, beta 0;
+//   - batch 1 without pointer arrays; any alpha and beta;
 //   - a device of compute capability 9.0 whose driver encodes tensor maps.
 #ifndef MATMUL_KERNELS_HOPPER_HOPPER_GEMM_H_
 #define MATMUL_KERNELS_HOPPER_HOPPER_GEMM_H_

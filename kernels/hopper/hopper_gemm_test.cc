@@ -77,9 +77,6 @@ TEST(HopperCanImplementTest, RejectsWhatTheKernelDoesNotTake) {
   p = FakeNt(64, 64, 64);
   p.c_dtype = DType::kFP32;
   EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
-  p = FakeNt(64, 64, 64);
-  p.beta = 0.5f;
-  EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
   p = FakeNt(64, 64, 60);
   p.a.strides = {0, 60, 1};  // leading dimension not a multiple of 8
   EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
@@ -115,6 +112,7 @@ struct Case {
   char la = 'N', lb = 'T';
   int64_t pad_a = 0, pad_b = 0, pad_c = 0;
   float alpha = 1.0f;
+  float beta = 0.0f;
 
   int64_t a_rows() const { return la == 'N' ? m : k; }
   int64_t b_rows() const { return lb == 'T' ? n : k; }
@@ -124,7 +122,7 @@ struct Case {
   std::string Describe() const {
     return absl::StrCat(m, "x", n, "x", k, " ", std::string{la, lb},
                         " lda=", lda(), " ldb=", ldb(), " ldc=", ldc(),
-                        " alpha=", alpha);
+                        " alpha=", alpha, " beta=", beta);
   }
 };
 
@@ -140,24 +138,35 @@ GemmProblem Problem(const Case& c, const void* a, const void* b, void* out) {
   p.c.data = out;
   p.c.strides = {0, c.ldc(), 1};
   p.alpha = c.alpha;
+  p.beta = c.beta;
   return p;
 }
 
 // The reference of rows [row0, row0 + rows) of `p` (host pointers) against
 // the same rows of its output, as a relative error.
-double BandError(const GemmProblem& p, int64_t row0, int64_t rows) {
+// Rows [row0, row0 + rows) of `p`.
+GemmProblem Band(const GemmProblem& p, int64_t row0, int64_t rows) {
   GemmProblem band = p;
   band.m = rows;
   // Row i of A starts i * strides.row elements in, either layout.
   band.a.data = static_cast<const uint16_t*>(p.a.data) + row0 * p.a.strides.row;
   band.c.data = static_cast<uint16_t*>(p.c.data) + row0 * p.c.strides.row;
-  return RelativeError(ReadOutput(band), ReferenceGemm(band));
+  return band;
 }
 
-// Runs `c` with `config` on fresh random operands and a poisoned C, with or
-// without the workspace that splits the last round, and checks C (bands of
-// rows where the whole reference would be slow) and that nothing outside it
-// was written.
+// The relative error of those rows of `result` (host pointers, C as the
+// kernel left it) against the reference of `before` (C as it was).
+double BandError(const GemmProblem& result, const GemmProblem& before,
+                 int64_t row0, int64_t rows) {
+  return RelativeError(ReadOutput(Band(result, row0, rows)),
+                       ReferenceGemm(Band(before, row0, rows)));
+}
+
+// Runs `c` with `config` on fresh random operands and a C that is poisoned
+// (random within the matrix when beta reads it), with or without the
+// workspace that splits the last round, and checks C (bands of rows where
+// the whole reference would be slow) and that nothing outside it was
+// written.
 void RunAndCheck(const Case& c, const Config& config, bool workspace) {
   SCOPED_TRACE(absl::StrCat(c.Describe(), " ", config.Name(),
                             workspace ? " with workspace" : " no workspace"));
@@ -170,6 +179,14 @@ void RunAndCheck(const Case& c, const Config& config, bool workspace) {
   std::vector<uint16_t> out(c.m * c.ldc(), kPoisonBf16);
   for (auto& x : a) x = FloatToBf16(value(rng));
   for (auto& x : b) x = FloatToBf16(value(rng));
+  if (c.beta != 0.0f) {
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        out[i * c.ldc() + j] = FloatToBf16(value(rng));
+      }
+    }
+  }
+  const std::vector<uint16_t> before = out;
 
   DeviceBuffer da = DeviceAlloc(a.size() * 2), db = DeviceAlloc(b.size() * 2);
   DeviceBuffer dc = DeviceAlloc(out.size() * 2);
@@ -179,9 +196,6 @@ void RunAndCheck(const Case& c, const Config& config, bool workspace) {
   ASSERT_EQ(
       cudaMemcpy(db.get(), b.data(), b.size() * 2, cudaMemcpyHostToDevice),
       cudaSuccess);
-  ASSERT_EQ(
-      cudaMemcpy(dc.get(), out.data(), out.size() * 2, cudaMemcpyHostToDevice),
-      cudaSuccess);
   const GemmProblem device = Problem(c, da.get(), db.get(), dc.get());
   ASSERT_TRUE(CanImplement(device, config, 0).ok());
   const size_t bytes = workspace ? WorkspaceBytes(device, config, 0) : 0;
@@ -189,8 +203,12 @@ void RunAndCheck(const Case& c, const Config& config, bool workspace) {
   // Garbage, as a workspace another kernel used last would hold.
   ASSERT_EQ(cudaMemset(dw.get(), 0x5A, std::max<size_t>(bytes, 16)),
             cudaSuccess);
-  // Twice: the second launch finds the arrival counts the first left.
+  // Twice, from the same C: the second launch finds the arrival counts the
+  // first left.
   for (int launch = 0; launch < 2; ++launch) {
+    ASSERT_EQ(cudaMemcpy(dc.get(), before.data(), before.size() * 2,
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
     ASSERT_TRUE(Run(device, config, 0, nullptr, dw.get(), bytes).ok());
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -204,15 +222,18 @@ void RunAndCheck(const Case& c, const Config& config, bool workspace) {
           << "padding written at row " << i << ", column " << j;
     }
   }
-  const GemmProblem host = Problem(c, a.data(), b.data(), out.data());
+  const GemmProblem result = Problem(c, a.data(), b.data(), out.data());
+  GemmProblem reference =
+      Problem(c, a.data(), b.data(), const_cast<uint16_t*>(before.data()));
   if (c.m * c.n * c.k <= 40'000'000) {
-    EXPECT_LT(BandError(host, 0, c.m), 1e-2);
+    EXPECT_LT(BandError(result, reference, 0, c.m), 1e-2);
     return;
   }
   // The first, a middle and the last rows (the tail tiles).
   const int64_t rows = std::min<int64_t>(64, c.m);
   for (const int64_t row0 : {int64_t{0}, (c.m / 2) / 8 * 8, c.m - rows}) {
-    EXPECT_LT(BandError(host, row0, rows), 1e-2) << "rows from " << row0;
+    EXPECT_LT(BandError(result, reference, row0, rows), 1e-2)
+        << "rows from " << row0;
   }
 }
 
@@ -240,6 +261,7 @@ TEST_P(HopperGemmTest, SmallAndRaggedShapes) {
     c.pad_b = 8 * static_cast<int64_t>(rng() % 3);
     c.pad_c = 8 * static_cast<int64_t>(rng() % 3);
     if (i % 8 >= 4) c.alpha = scale(rng);
+    if (i % 4 >= 2) c.beta = scale(rng);
     RunAndCheck(c, config(), /*workspace=*/true);
   }
 }
@@ -262,6 +284,16 @@ TEST_P(HopperGemmTest, EveryLayoutOnAManyTileShape) {
                   /*workspace=*/true);
     }
   }
+}
+
+// C read back in: beta through the split last round and the tail tiles.
+TEST_P(HopperGemmTest, BetaReadsC) {
+  Case c{1100, 4000, 1024};
+  c.alpha = 0.75f;
+  c.beta = -1.5f;
+  RunAndCheck(c, config(), /*workspace=*/true);
+  c = {300, 257, 129, 'T', 'N', 8, 0, 16, 1.0f, 0.5f};
+  RunAndCheck(c, config(), /*workspace=*/true);
 }
 
 TEST_P(HopperGemmTest, SeedShapes) {

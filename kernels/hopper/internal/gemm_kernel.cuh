@@ -1,7 +1,7 @@
-// The Hopper kernel: C[m, n] = alpha * op(A) * op(B), BF16 in and out,
-// FP32 accumulation, on sm_90a. Each operand is K-major (A "N" [m, k], B
-// "T" stored [n, k] as PyTorch's Linear weight) or MN-major (A "T" stored
-// [k, m], B "N" [k, n]); wgmma reads either from shared memory, the latter
+// The Hopper kernel: C[m, n] = alpha * op(A) * op(B) + beta * C, BF16 in
+// and out, FP32 accumulation, on sm_90a. Each operand is K-major (A "N" [m, k],
+// B "T" stored [n, k] as PyTorch's Linear weight) or MN-major (A "T" stored [k,
+// m], B "N" [k, n]); wgmma reads either from shared memory, the latter
 // transposed.
 //
 // A 128x256 output tile per block, K in steps of 64 (one 128-byte swizzle
@@ -56,12 +56,21 @@ __device__ __forceinline__ void TileOrigin(int tile, int tiles_m, int tiles_n,
   *tile_n = (in_group / rows) * kBlockN;
 }
 
-// Writes rows [64 * consumer, +64) of the tile at (tile_m, tile_n), scaled
-// by alpha, through shared memory: each 64-column chunk goes into a
-// 128-byte swizzled buffer (conflict-free for the accumulator layout) and
-// out with one TMA store, which runs on while the consumer goes on. A
-// chunk reuses the buffer of the store two earlier once that is read out.
-__device__ __forceinline__ void StoreTile(const float (&acc)[128], float alpha,
+// What the epilogue scales by, and (beta != 0) where it reads C first:
+// one barrier a consumer, and how many chunks it has read through it.
+struct Epilogue {
+  float alpha, beta;
+  uint64_t* c_loaded;
+  int c_loads;
+};
+
+// Writes rows [64 * consumer, +64) of the tile at (tile_m, tile_n) as
+// alpha * acc (+ beta * C) through shared memory: each 64-column chunk goes
+// into a 128-byte swizzled buffer (conflict-free for the accumulator
+// layout) and out with one TMA store, which runs on while the consumer goes
+// on. A chunk reuses the buffer of the store two earlier once that is read
+// out; with beta, C's chunk is first loaded by TMA into that buffer.
+__device__ __forceinline__ void StoreTile(const float (&acc)[128], Epilogue& e,
                                           const CUtensorMap* c_map,
                                           unsigned char* out, int consumer,
                                           int tile_m, int tile_n) {
@@ -69,12 +78,22 @@ __device__ __forceinline__ void StoreTile(const float (&acc)[128], float alpha,
   const bool issues = thread == 0;
   const int lane = thread % 32;
   const int warp = thread / 32;
+  const bool reads_c = e.beta != 0.0f;
 #pragma unroll
   for (int chunk = 0; chunk < kChunks; ++chunk) {
     unsigned char* buffer =
         out + (consumer * kOutBuffers + chunk % kOutBuffers) * kChunkBytes;
+    const int c0 = tile_n + chunk * kChunkCols, c1 = tile_m + consumer * 64;
     if (issues) TmaStoreWaitRead<kOutBuffers - 1>();
     NamedBarrierSync(1 + consumer, 128);
+    if (reads_c) {
+      if (issues) {
+        BarrierExpectTx(e.c_loaded, kChunkBytes);
+        TmaLoad2d(buffer, c_map, e.c_loaded, c0, c1);
+      }
+      BarrierWait(e.c_loaded, e.c_loads & 1);
+      ++e.c_loads;
+    }
     // Accumulator layout of m64nN: warp w holds rows 16w..16w+15; lane l
     // rows l/4 and l/4+8, columns 2(l%4)+8j and the next.
 #pragma unroll
@@ -87,17 +106,20 @@ __device__ __forceinline__ void StoreTile(const float (&acc)[128], float alpha,
         const int offset = row * 128 +
                            (((column_bytes / 16) ^ (row % 8)) * 16) +
                            column_bytes % 16;
-        *reinterpret_cast<__nv_bfloat162*>(buffer + offset) =
-            __floats2bfloat162_rn(alpha * acc[4 * jj + 2 * half],
-                                  alpha * acc[4 * jj + 2 * half + 1]);
+        auto* at = reinterpret_cast<__nv_bfloat162*>(buffer + offset);
+        float x = e.alpha * acc[4 * jj + 2 * half];
+        float y = e.alpha * acc[4 * jj + 2 * half + 1];
+        if (reads_c) {
+          const float2 old = __bfloat1622float2(*at);
+          x += e.beta * old.x;
+          y += e.beta * old.y;
+        }
+        *at = __floats2bfloat162_rn(x, y);
       }
     }
     FenceSharedForTma();
     NamedBarrierSync(1 + consumer, 128);
-    if (issues) {
-      TmaStore2d(c_map, buffer, tile_n + chunk * kChunkCols,
-                 tile_m + consumer * 64);
-    }
+    if (issues) TmaStore2d(c_map, buffer, c0, c1);
   }
 }
 
@@ -150,6 +172,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       (reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
   __shared__ __align__(8) uint64_t full[kStages];
   __shared__ __align__(8) uint64_t empty[kStages];
+  __shared__ __align__(8) uint64_t c_loaded[2];  // a consumer's C chunks
   __shared__ int last_part;
 
   const int warpgroup = threadIdx.x / 128;
@@ -170,6 +193,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       // One arrive per consumer warpgroup of each block in the cluster.
       BarrierInit(&empty[s], 2 * kCluster);
     }
+    for (int c = 0; c < 2; ++c) BarrierInit(&c_loaded[c], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   if (kCluster > 1) {
@@ -214,6 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int r = 0; r < kCluster; ++r) ClusterBarrierArrive(&empty[s], r);
       }
     };
+    Epilogue epilogue{params.alpha, params.beta, &c_loaded[consumer], 0};
     float acc[128];
     int step = 0;  // k-steps consumed so far, across tiles
     for (int u = cluster; u < schedule.units; u += clusters) {
@@ -283,8 +308,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int i = 0; i < 128; ++i) acc[i] += __ldcg(sums + i * 256 + j);
         }
       }
-      StoreTile(acc, params.alpha, &c_map, shared + kStages * kStageBytes,
-                consumer, tile_m, tile_n);
+      StoreTile(acc, epilogue, &c_map, shared + kStages * kStageBytes, consumer,
+                tile_m, tile_n);
     }
     // Shared memory stays until the stores have read it.
     if (threadIdx.x % 128 == 0) TmaStoreWaitAll();

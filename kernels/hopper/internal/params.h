@@ -7,6 +7,7 @@ namespace matmul::hopper::internal {
 struct GemmParams {
   int m = 0, n = 0, k = 0;
   float alpha = 1.0f;
+  float beta = 0.0f;  // C is read only where this is not 0
   // The split last round's workspace (schedule.h): a kTileElements FP32
   // slot per part and block, and an arrival count per split tile and block,
   // zero before the launch (the kernel leaves them zero). Null: no split.
