@@ -31,14 +31,15 @@ absl::Status CudaError(cudaError_t e, const char* what) {
 }
 
 // The copy engine's rule for a matrix it reads or writes.
-absl::Status CheckTmaOperand(const char* name, const void* data, int64_t ld) {
-  if (reinterpret_cast<uintptr_t>(data) % 16 != 0 || ld % 8 != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(name,
-                     ": the Hopper kernel needs a 16-byte aligned base "
-                     "and a leading dimension that is a multiple of 8 "
-                     "elements; got leading dimension ",
-                     ld));
+absl::Status CheckTmaOperand(const char* name, const void* data, int64_t ld,
+                             DType dtype) {
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0 ||
+      ld * static_cast<int64_t>(DTypeSize(dtype)) % 16 != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name,
+        ": the Hopper kernel needs a 16-byte aligned base and rows a "
+        "multiple of 16 bytes apart; got leading dimension ",
+        ld, " of ", DTypeName(dtype)));
   }
   return absl::OkStatus();
 }
@@ -114,9 +115,6 @@ absl::Status CanImplement(const GemmProblem& p, const Config& c, int device) {
     return absl::FailedPreconditionError(
         "the Hopper kernel runs single products (batch 1, no pointer arrays)");
   }
-  if (p.c_dtype != DType::kBF16) {
-    return absl::FailedPreconditionError("the Hopper kernel writes BF16 C");
-  }
   const MatrixLayout a = ClassifyLayout(p.a.strides, p.m, p.k);
   const MatrixLayout b = ClassifyLayout(p.b.strides, p.k, p.n);
   const MatrixLayout out = ClassifyLayout(p.c.strides, p.m, p.n);
@@ -127,9 +125,15 @@ absl::Status CanImplement(const GemmProblem& p, const Config& c, int device) {
         "row-major C; got ",
         ShapeName(p)));
   }
-  if (auto s = CheckTmaOperand("A", p.a.data, a.ld); !s.ok()) return s;
-  if (auto s = CheckTmaOperand("B", p.b.data, b.ld); !s.ok()) return s;
-  if (auto s = CheckTmaOperand("C", p.c.data, out.ld); !s.ok()) return s;
+  if (auto s = CheckTmaOperand("A", p.a.data, a.ld, DType::kBF16); !s.ok()) {
+    return s;
+  }
+  if (auto s = CheckTmaOperand("B", p.b.data, b.ld, DType::kBF16); !s.ok()) {
+    return s;
+  }
+  if (auto s = CheckTmaOperand("C", p.c.data, out.ld, p.c_dtype); !s.ok()) {
+    return s;
+  }
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
                              device) != cudaSuccess ||
@@ -181,8 +185,8 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
                        : tma::EncodeOperandMap(&b_map, p.b.data, p.k, p.n, b.ld,
                                                kBlockN / c.cluster);
   if (!encoded.ok()) return encoded;
-  encoded = tma::EncodeOperandMap(&c_map, p.c.data, p.n, p.m, ldc,
-                                  internal::kChunkCols);
+  encoded =
+      tma::EncodeMatrixMap(&c_map, p.c_dtype, p.c.data, p.n, p.m, ldc, 64);
   if (!encoded.ok()) return encoded;
   internal::GemmParams params;
   params.m = static_cast<int>(p.m);
@@ -201,9 +205,9 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
       return CudaError(e, "cudaMemsetAsync(arrivals)");
     }
   }
-  if (cudaError_t e =
-          internal::LaunchGemm(c.cluster, a_mn_major, b_mn_major, a_map, b_map,
-                               c_map, params, plan->blocks, stream);
+  if (cudaError_t e = internal::LaunchGemm(
+          c.cluster, a_mn_major, b_mn_major, p.c_dtype == DType::kFP32, a_map,
+          b_map, c_map, params, plan->blocks, stream);
       e != cudaSuccess) {
     return CudaError(e, "launching the Hopper kernel");
   }

@@ -14,9 +14,9 @@
 // another family:
 //   - A "N" ([m,k] row-major) or "T" (stored [k,m]); B "N" ([k,n]
 //     row-major) or "T" (stored [n,k], as PyTorch's Linear weight); C in
-//     BF16, row-major;
-//   - leading dimensions multiples of 8 elements and 16-byte aligned bases
-//     (the copy engine's rule); any m, n, k >= 1 below 2^31;
+//     BF16 or FP32, row-major;
+//   - rows a multiple of 16 bytes apart and 16-byte aligned bases (the
+//     copy engine's rule); any m, n, k >= 1 below 2^31;
 //   - batch 1 without pointer arrays; any alpha and beta;
 //   - a device of compute capability 9.0 whose driver encodes tensor maps.
 #ifndef MATMUL_KERNELS_HOPPER_HOPPER_GEMM_H_

@@ -7,7 +7,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -22,7 +24,8 @@
 namespace matmul::hopper {
 namespace {
 
-constexpr uint16_t kPoisonBf16 = 0x7fc1;  // a quiet NaN
+constexpr uint16_t kPoisonBf16 = 0x7fc1;      // a quiet NaN
+constexpr uint32_t kPoisonFp32 = 0x7fc00bad;  // a quiet NaN
 
 // Empty when device 0 can run the kernel, else why not.
 std::string NoHopperReason() {
@@ -76,6 +79,7 @@ TEST(HopperCanImplementTest, RejectsWhatTheKernelDoesNotTake) {
   EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
   p = FakeNt(64, 64, 64);
   p.c_dtype = DType::kFP32;
+  p.c.strides = {0, 66, 1};  // FP32 rows 264 bytes apart
   EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
   p = FakeNt(64, 64, 60);
   p.a.strides = {0, 60, 1};  // leading dimension not a multiple of 8
@@ -113,6 +117,7 @@ struct Case {
   int64_t pad_a = 0, pad_b = 0, pad_c = 0;
   float alpha = 1.0f;
   float beta = 0.0f;
+  DType c_dtype = DType::kBF16;
 
   int64_t a_rows() const { return la == 'N' ? m : k; }
   int64_t b_rows() const { return lb == 'T' ? n : k; }
@@ -122,7 +127,8 @@ struct Case {
   std::string Describe() const {
     return absl::StrCat(m, "x", n, "x", k, " ", std::string{la, lb},
                         " lda=", lda(), " ldb=", ldb(), " ldc=", ldc(),
-                        " alpha=", alpha, " beta=", beta);
+                        " alpha=", alpha, " beta=", beta, " ",
+                        DTypeName(c_dtype));
   }
 };
 
@@ -139,6 +145,7 @@ GemmProblem Problem(const Case& c, const void* a, const void* b, void* out) {
   p.c.strides = {0, c.ldc(), 1};
   p.alpha = c.alpha;
   p.beta = c.beta;
+  p.c_dtype = c.c_dtype;
   return p;
 }
 
@@ -150,7 +157,8 @@ GemmProblem Band(const GemmProblem& p, int64_t row0, int64_t rows) {
   band.m = rows;
   // Row i of A starts i * strides.row elements in, either layout.
   band.a.data = static_cast<const uint16_t*>(p.a.data) + row0 * p.a.strides.row;
-  band.c.data = static_cast<uint16_t*>(p.c.data) + row0 * p.c.strides.row;
+  band.c.data = static_cast<char*>(p.c.data) +
+                row0 * p.c.strides.row * DTypeSize(p.c_dtype);
   return band;
 }
 
@@ -176,20 +184,34 @@ void RunAndCheck(const Case& c, const Config& config, bool workspace) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   std::vector<uint16_t> a(c.a_rows() * c.lda()), b(c.b_rows() * c.ldb());
-  std::vector<uint16_t> out(c.m * c.ldc(), kPoisonBf16);
   for (auto& x : a) x = FloatToBf16(value(rng));
   for (auto& x : b) x = FloatToBf16(value(rng));
-  if (c.beta != 0.0f) {
-    for (int64_t i = 0; i < c.m; ++i) {
-      for (int64_t j = 0; j < c.n; ++j) {
-        out[i * c.ldc() + j] = FloatToBf16(value(rng));
-      }
+  // C in its type, poisoned; random within the matrix where beta reads it.
+  const bool fp32 = c.c_dtype == DType::kFP32;
+  const size_t element = DTypeSize(c.c_dtype);
+  std::vector<char> out(c.m * c.ldc() * element);
+  auto set = [&](int64_t at, float x, bool poison) {
+    if (fp32) {
+      const uint32_t bits = poison ? kPoisonFp32 : std::bit_cast<uint32_t>(x);
+      std::memcpy(&out[at * 4], &bits, 4);
+    } else {
+      const uint16_t bits = poison ? kPoisonBf16 : FloatToBf16(x);
+      std::memcpy(&out[at * 2], &bits, 2);
+    }
+  };
+  auto poisoned = [&](int64_t at) {
+    return fp32 ? std::memcmp(&out[at * 4], &kPoisonFp32, 4) == 0
+                : std::memcmp(&out[at * 2], &kPoisonBf16, 2) == 0;
+  };
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.ldc(); ++j) {
+      set(i * c.ldc() + j, value(rng), c.beta == 0.0f || j >= c.n);
     }
   }
-  const std::vector<uint16_t> before = out;
+  const std::vector<char> before = out;
 
   DeviceBuffer da = DeviceAlloc(a.size() * 2), db = DeviceAlloc(b.size() * 2);
-  DeviceBuffer dc = DeviceAlloc(out.size() * 2);
+  DeviceBuffer dc = DeviceAlloc(out.size());
   ASSERT_EQ(
       cudaMemcpy(da.get(), a.data(), a.size() * 2, cudaMemcpyHostToDevice),
       cudaSuccess);
@@ -206,25 +228,25 @@ void RunAndCheck(const Case& c, const Config& config, bool workspace) {
   // Twice, from the same C: the second launch finds the arrival counts the
   // first left.
   for (int launch = 0; launch < 2; ++launch) {
-    ASSERT_EQ(cudaMemcpy(dc.get(), before.data(), before.size() * 2,
+    ASSERT_EQ(cudaMemcpy(dc.get(), before.data(), before.size(),
                          cudaMemcpyHostToDevice),
               cudaSuccess);
     ASSERT_TRUE(Run(device, config, 0, nullptr, dw.get(), bytes).ok());
   }
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   ASSERT_EQ(
-      cudaMemcpy(out.data(), dc.get(), out.size() * 2, cudaMemcpyDeviceToHost),
+      cudaMemcpy(out.data(), dc.get(), out.size(), cudaMemcpyDeviceToHost),
       cudaSuccess);
 
   for (int64_t i = 0; i < c.m; ++i) {
     for (int64_t j = c.n; j < c.ldc(); ++j) {
-      ASSERT_EQ(out[i * c.ldc() + j], kPoisonBf16)
+      ASSERT_TRUE(poisoned(i * c.ldc() + j))
           << "padding written at row " << i << ", column " << j;
     }
   }
   const GemmProblem result = Problem(c, a.data(), b.data(), out.data());
-  GemmProblem reference =
-      Problem(c, a.data(), b.data(), const_cast<uint16_t*>(before.data()));
+  const GemmProblem reference =
+      Problem(c, a.data(), b.data(), const_cast<char*>(before.data()));
   if (c.m * c.n * c.k <= 40'000'000) {
     EXPECT_LT(BandError(result, reference, 0, c.m), 1e-2);
     return;
@@ -262,6 +284,7 @@ TEST_P(HopperGemmTest, SmallAndRaggedShapes) {
     c.pad_c = 8 * static_cast<int64_t>(rng() % 3);
     if (i % 8 >= 4) c.alpha = scale(rng);
     if (i % 4 >= 2) c.beta = scale(rng);
+    if (i >= 8) c.c_dtype = DType::kFP32;
     RunAndCheck(c, config(), /*workspace=*/true);
   }
 }
@@ -294,6 +317,16 @@ TEST_P(HopperGemmTest, BetaReadsC) {
   RunAndCheck(c, config(), /*workspace=*/true);
   c = {300, 257, 129, 'T', 'N', 8, 0, 16, 1.0f, 0.5f};
   RunAndCheck(c, config(), /*workspace=*/true);
+  c.c_dtype = DType::kFP32;
+  RunAndCheck(c, config(), /*workspace=*/true);
+}
+
+TEST_P(HopperGemmTest, Fp32Output) {
+  Case c{1100, 4000, 1024};
+  c.c_dtype = DType::kFP32;
+  RunAndCheck(c, config(), /*workspace=*/true);
+  c.lb = 'N';
+  RunAndCheck(c, config(), /*workspace=*/false);
 }
 
 TEST_P(HopperGemmTest, SeedShapes) {

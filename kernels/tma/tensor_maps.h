@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "common/gemm/gemm_problem.h"
 
 namespace matmul::tma {
 
@@ -23,6 +24,13 @@ bool HaveTensorMapEncoder();
 // panels). `base` and `ld` * 2 must be multiples of 16 bytes.
 absl::Status EncodeOperandMap(CUtensorMap* map, const void* base, int64_t cols,
                               int64_t rows, int64_t ld, int box_rows);
+
+// The same for a matrix of `dtype` (BF16 or FP32), in boxes of one 128-byte
+// row (64 or 32 elements) by `box_rows` rows; `base` and `ld` times the
+// element size must be multiples of 16 bytes.
+absl::Status EncodeMatrixMap(CUtensorMap* map, DType dtype, const void* base,
+                             int64_t cols, int64_t rows, int64_t ld,
+                             int box_rows);
 
 }  // namespace matmul::tma
 

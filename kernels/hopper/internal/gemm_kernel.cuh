@@ -1,8 +1,8 @@
-// The Hopper kernel: C[m, n] = alpha * op(A) * op(B) + beta * C, BF16 in
-// and out, FP32 accumulation, on sm_90a. Each operand is K-major (A "N" [m, k],
-// B "T" stored [n, k] as PyTorch's Linear weight) or MN-major (A "T" stored [k,
-// m], B "N" [k, n]); wgmma reads either from shared memory, the latter
-// transposed.
+// The Hopper kernel: C[m, n] = alpha * op(A) * op(B) + beta * C, BF16 in,
+// BF16 or FP32 out, FP32 accumulation, on sm_90a. Each operand is K-major (A
+// "N" [m, k], B "T" stored [n, k] as PyTorch's Linear weight) or MN-major (A
+// "T" stored [k, m], B "N" [k, n]); wgmma reads either from shared memory, the
+// latter transposed.
 //
 // A 128x256 output tile per block, K in steps of 64 (one 128-byte swizzle
 // row): a producer warpgroup's one thread loads A and B tiles by TMA into
@@ -34,6 +34,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/hopper/internal/params.h"
 #include "kernels/hopper/internal/ptx.cuh"
@@ -65,25 +66,29 @@ struct Epilogue {
 };
 
 // Writes rows [64 * consumer, +64) of the tile at (tile_m, tile_n) as
-// alpha * acc (+ beta * C) through shared memory: each 64-column chunk goes
-// into a 128-byte swizzled buffer (conflict-free for the accumulator
+// alpha * acc (+ beta * C), in BF16 or (kFp32) FP32, through shared memory:
+// each chunk of one 128-byte row by 64 rows (64 BF16 or 32 FP32 columns)
+// goes into a 128-byte swizzled buffer (conflict-free for the accumulator
 // layout) and out with one TMA store, which runs on while the consumer goes
 // on. A chunk reuses the buffer of the store two earlier once that is read
 // out; with beta, C's chunk is first loaded by TMA into that buffer.
+template <bool kFp32>
 __device__ __forceinline__ void StoreTile(const float (&acc)[128], Epilogue& e,
                                           const CUtensorMap* c_map,
                                           unsigned char* out, int consumer,
                                           int tile_m, int tile_n) {
+  using Pair = std::conditional_t<kFp32, float2, __nv_bfloat162>;
+  constexpr int kCols = 128 / sizeof(Pair) * 2;  // columns a chunk
   const int thread = threadIdx.x % 128;
   const bool issues = thread == 0;
   const int lane = thread % 32;
   const int warp = thread / 32;
   const bool reads_c = e.beta != 0.0f;
 #pragma unroll
-  for (int chunk = 0; chunk < kChunks; ++chunk) {
+  for (int chunk = 0; chunk < kBlockN / kCols; ++chunk) {
     unsigned char* buffer =
         out + (consumer * kOutBuffers + chunk % kOutBuffers) * kChunkBytes;
-    const int c0 = tile_n + chunk * kChunkCols, c1 = tile_m + consumer * 64;
+    const int c0 = tile_n + chunk * kCols, c1 = tile_m + consumer * 64;
     if (issues) TmaStoreWaitRead<kOutBuffers - 1>();
     NamedBarrierSync(1 + consumer, 128);
     if (reads_c) {
@@ -97,24 +102,32 @@ __device__ __forceinline__ void StoreTile(const float (&acc)[128], Epilogue& e,
     // Accumulator layout of m64nN: warp w holds rows 16w..16w+15; lane l
     // rows l/4 and l/4+8, columns 2(l%4)+8j and the next.
 #pragma unroll
-    for (int j = 0; j < kChunkCols / 8; ++j) {
-      const int jj = chunk * (kChunkCols / 8) + j;
-      const int column_bytes = (8 * j + 2 * (lane % 4)) * 2;
+    for (int j = 0; j < kCols / 8; ++j) {
+      const int jj = chunk * (kCols / 8) + j;
+      const int column_bytes = (8 * j + 2 * (lane % 4)) * sizeof(Pair) / 2;
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = warp * 16 + lane / 4 + 8 * half;
         const int offset = row * 128 +
                            (((column_bytes / 16) ^ (row % 8)) * 16) +
                            column_bytes % 16;
-        auto* at = reinterpret_cast<__nv_bfloat162*>(buffer + offset);
+        Pair* at = reinterpret_cast<Pair*>(buffer + offset);
         float x = e.alpha * acc[4 * jj + 2 * half];
         float y = e.alpha * acc[4 * jj + 2 * half + 1];
-        if (reads_c) {
-          const float2 old = __bfloat1622float2(*at);
-          x += e.beta * old.x;
-          y += e.beta * old.y;
+        if constexpr (kFp32) {
+          if (reads_c) {
+            x += e.beta * at->x;
+            y += e.beta * at->y;
+          }
+          *at = make_float2(x, y);
+        } else {
+          if (reads_c) {
+            const float2 old = __bfloat1622float2(*at);
+            x += e.beta * old.x;
+            y += e.beta * old.y;
+          }
+          *at = __floats2bfloat162_rn(x, y);
         }
-        *at = __floats2bfloat162_rn(x, y);
       }
     }
     FenceSharedForTma();
@@ -162,7 +175,7 @@ __device__ __forceinline__ void LoadStage(unsigned char* stage,
   }
 }
 
-template <int kCluster, bool kAMnMajor, bool kBMnMajor>
+template <int kCluster, bool kAMnMajor, bool kBMnMajor, bool kFp32Out>
 __global__ void __launch_bounds__(kThreads, 1)
     Gemm(const __grid_constant__ CUtensorMap a_map,
          const __grid_constant__ CUtensorMap b_map,
@@ -308,8 +321,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int i = 0; i < 128; ++i) acc[i] += __ldcg(sums + i * 256 + j);
         }
       }
-      StoreTile(acc, epilogue, &c_map, shared + kStages * kStageBytes, consumer,
-                tile_m, tile_n);
+      StoreTile<kFp32Out>(acc, epilogue, &c_map, shared + kStages * kStageBytes,
+                          consumer, tile_m, tile_n);
     }
     // Shared memory stays until the stores have read it.
     if (threadIdx.x % 128 == 0) TmaStoreWaitAll();

@@ -19,11 +19,10 @@ inline constexpr int kATileBytes = kBlockM * kBlockK * 2;
 inline constexpr int kBTileBytes = kBlockN * kBlockK * 2;
 inline constexpr int kStageBytes = kATileBytes + kBTileBytes;
 
-// The epilogue stages each consumer's 64 x 256 part of the tile in 64 x 64
-// chunks (one swizzle row wide), kOutBuffers at a time.
-inline constexpr int kChunkCols = 64;
-inline constexpr int kChunkBytes = 64 * kChunkCols * 2;
-inline constexpr int kChunks = kBlockN / kChunkCols;
+// The epilogue stages each consumer's 64 x 256 part of the tile in chunks
+// of 64 rows by one swizzle row (64 BF16 or 32 FP32 columns), kOutBuffers
+// at a time.
+inline constexpr int kChunkBytes = 64 * 128;
 inline constexpr int kOutBuffers = 2;
 
 // Dynamic shared memory: the stages, the epilogue's buffers and slack to
