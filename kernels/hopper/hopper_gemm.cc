@@ -171,7 +171,7 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
   const int64_t ldc = ClassifyLayout(p.c.strides, p.m, p.n).ld;
   // K-major operands are read in boxes of a tile's rows (B's shared among
   // the cluster), MN-major ones in boxes of 64 K-rows; C is written in
-  // 64 x 64 chunks.
+  // chunks of 64 rows. Every box is one 128-byte row wide.
   const bool a_mn_major = a.order == MatrixOrder::kColMajor;  // stored [k, m]
   const bool b_mn_major = b.order == MatrixOrder::kRowMajor;  // stored [k, n]
   CUtensorMap a_map, b_map, c_map;
