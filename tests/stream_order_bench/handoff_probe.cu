@@ -22,7 +22,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
+#include "absl/status/statusor.h"
+#include "common/cuda_driver_api.h"
+
+namespace matmul {
 namespace {
 
 #define CHECK(x)                                                          \
@@ -33,28 +38,15 @@ namespace {
     }                                                                     \
   } while (0)
 
-// The two stream memory operations, from the driver through the runtime
-// (no link against libcuda).
-struct StreamMemoryOps {
-  decltype(&cuStreamWaitValue32) wait = nullptr;
-  decltype(&cuStreamWriteValue32) write = nullptr;
-};
-
-StreamMemoryOps LoadStreamMemoryOps() {
-  StreamMemoryOps ops;
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found;
-  CHECK(cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000,
-                                         cudaEnableDefault,
-                                         &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess);
-  ops.wait = reinterpret_cast<decltype(ops.wait)>(fn);
-  CHECK(cudaGetDriverEntryPointByVersion("cuStreamWriteValue32", &fn, 12000,
-                                         cudaEnableDefault,
-                                         &found) == cudaSuccess &&
-        found == cudaDriverEntryPointSuccess);
-  ops.write = reinterpret_cast<decltype(ops.write)>(fn);
-  return ops;
+// The stream memory operations, from the driver through the runtime (no
+// link against libcuda), as the daemon takes them.
+CudaDriverApi DriverApi() {
+  absl::StatusOr<CudaDriverApi> api = LoadCudaDriverApi();
+  if (!api.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(api.status().message()).c_str());
+    std::exit(1);
+  }
+  return *api;
 }
 
 __global__ void Spin(long long cycles) {
@@ -85,27 +77,27 @@ Mapped Register(Words* words) {
 
 // The answering side: for each i, wait ping >= i, (spin), write pong = i.
 void QueueAnswers(cudaStream_t stream, const Mapped& m, int n, long long spin) {
-  const StreamMemoryOps ops = LoadStreamMemoryOps();
+  const CudaDriverApi api = DriverApi();
   for (int i = 1; i <= n; ++i) {
-    CHECK(ops.wait(stream, m.ping, i, CU_STREAM_WAIT_VALUE_GEQ) ==
-          CUDA_SUCCESS);
+    CHECK(api.stream_wait_value32(stream, m.ping, i,
+                                  CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
     if (spin > 0) Spin<<<1, 1, 0, stream>>>(spin);
-    CHECK(ops.write(stream, m.pong, i, 0) == CUDA_SUCCESS);
+    CHECK(api.stream_write_value32(stream, m.pong, i, 0) == CUDA_SUCCESS);
   }
 }
 
 // The asking side: for each i, write ping = i, wait pong >= i; times the
 // second half (the first warms up and lets the other side queue).
 double QueueAsksAndTime(cudaStream_t stream, const Mapped& m, int n) {
-  const StreamMemoryOps ops = LoadStreamMemoryOps();
+  const CudaDriverApi api = DriverApi();
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start) == cudaSuccess);
   CHECK(cudaEventCreate(&stop) == cudaSuccess);
   for (int i = 1; i <= n; ++i) {
     if (i == n / 2 + 1) CHECK(cudaEventRecord(start, stream) == cudaSuccess);
-    CHECK(ops.write(stream, m.ping, i, 0) == CUDA_SUCCESS);
-    CHECK(ops.wait(stream, m.pong, i, CU_STREAM_WAIT_VALUE_GEQ) ==
-          CUDA_SUCCESS);
+    CHECK(api.stream_write_value32(stream, m.ping, i, 0) == CUDA_SUCCESS);
+    CHECK(api.stream_wait_value32(stream, m.pong, i,
+                                  CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
   }
   CHECK(cudaEventRecord(stop, stream) == cudaSuccess);
   CHECK(cudaEventSynchronize(stop) == cudaSuccess);
@@ -171,6 +163,7 @@ double TwoProcesses(int n, double kernel_us) {
 }
 
 }  // namespace
+}  // namespace matmul
 
 int main(int argc, char** argv) {
   const bool two = argc > 1 && std::strcmp(argv[1], "two") == 0;
@@ -178,7 +171,8 @@ int main(int argc, char** argv) {
   const double kernel_us = argc > 3 ? std::atof(argv[3]) : 20.0;
   // A fork after this process has touched CUDA leaves the child without
   // it: the two-process way measures with a kernel or without, per run.
-  const double us = two ? TwoProcesses(n, kernel_us) : OneProcess(n, kernel_us);
+  const double us = two ? matmul::TwoProcesses(n, kernel_us)
+                        : matmul::OneProcess(n, kernel_us);
   std::printf("%s, %d round trips, %.0f us kernel: %.2f us a round trip\n",
               two ? "two processes" : "one process", n, kernel_us, us);
   return 0;
