@@ -44,6 +44,15 @@ absl::Status CheckTmaOperand(const char* name, const void* data, int64_t ld,
   return absl::OkStatus();
 }
 
+// The row pitch the tensor map of a matrix stored as `stored_rows` rows of
+// pitch `ld` gets. A single row's pitch is never stepped over, so its
+// length rounded up to the copy engine's 16 bytes does as well as any.
+int64_t MapPitch(int64_t ld, int64_t stored_rows, DType dtype) {
+  if (stored_rows > 1) return ld;
+  const int64_t per_16_bytes = 16 / static_cast<int64_t>(DTypeSize(dtype));
+  return CeilDiv(ld, per_16_bytes) * per_16_bytes;
+}
+
 // The persistent grid for `p` and the work it walks.
 struct Plan {
   int blocks = 0;
@@ -125,14 +134,32 @@ absl::Status CanImplement(const GemmProblem& p, const Config& c, int device) {
         "row-major C; got ",
         ShapeName(p)));
   }
-  if (auto s = CheckTmaOperand("A", p.a.data, a.ld, DType::kBF16); !s.ok()) {
+  const bool a_mn_major = a.order == MatrixOrder::kColMajor;
+  const bool b_mn_major = b.order == MatrixOrder::kRowMajor;
+  if (auto s = CheckTmaOperand(
+          "A", p.a.data, MapPitch(a.ld, a_mn_major ? p.k : p.m, DType::kBF16),
+          DType::kBF16);
+      !s.ok()) {
     return s;
   }
-  if (auto s = CheckTmaOperand("B", p.b.data, b.ld, DType::kBF16); !s.ok()) {
+  if (auto s = CheckTmaOperand(
+          "B", p.b.data, MapPitch(b.ld, b_mn_major ? p.k : p.n, DType::kBF16),
+          DType::kBF16);
+      !s.ok()) {
     return s;
   }
-  if (auto s = CheckTmaOperand("C", p.c.data, out.ld, p.c_dtype); !s.ok()) {
+  if (auto s = CheckTmaOperand("C", p.c.data, MapPitch(out.ld, p.m, p.c_dtype),
+                               p.c_dtype);
+      !s.ok()) {
     return s;
+  }
+  // A TMA store writes whole 16-byte pieces: a row of C that ends inside
+  // one would have the elements after it, which may be another tensor's,
+  // overwritten.
+  if (p.n * static_cast<int64_t>(DTypeSize(p.c_dtype)) % 16 != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the Hopper kernel stores rows of C in 16-byte pieces; a row of ", p.n,
+        " ", DTypeName(p.c_dtype), " elements is not a whole number of them"));
   }
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
@@ -174,19 +201,21 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
   // chunks of 64 rows. Every box is one 128-byte row wide.
   const bool a_mn_major = a.order == MatrixOrder::kColMajor;  // stored [k, m]
   const bool b_mn_major = b.order == MatrixOrder::kRowMajor;  // stored [k, n]
+  const int64_t lda = MapPitch(a.ld, a_mn_major ? p.k : p.m, DType::kBF16);
+  const int64_t ldb = MapPitch(b.ld, b_mn_major ? p.k : p.n, DType::kBF16);
   CUtensorMap a_map, b_map, c_map;
   absl::Status encoded =
       a_mn_major
-          ? tma::EncodeOperandMap(&a_map, p.a.data, p.m, p.k, a.ld, kBlockK)
-          : tma::EncodeOperandMap(&a_map, p.a.data, p.k, p.m, a.ld, kBlockM);
+          ? tma::EncodeOperandMap(&a_map, p.a.data, p.m, p.k, lda, kBlockK)
+          : tma::EncodeOperandMap(&a_map, p.a.data, p.k, p.m, lda, kBlockM);
   if (!encoded.ok()) return encoded;
-  encoded = b_mn_major ? tma::EncodeOperandMap(&b_map, p.b.data, p.n, p.k, b.ld,
+  encoded = b_mn_major ? tma::EncodeOperandMap(&b_map, p.b.data, p.n, p.k, ldb,
                                                kBlockK)
-                       : tma::EncodeOperandMap(&b_map, p.b.data, p.k, p.n, b.ld,
+                       : tma::EncodeOperandMap(&b_map, p.b.data, p.k, p.n, ldb,
                                                kBlockN / c.cluster);
   if (!encoded.ok()) return encoded;
-  encoded =
-      tma::EncodeMatrixMap(&c_map, p.c_dtype, p.c.data, p.n, p.m, ldc, 64);
+  encoded = tma::EncodeMatrixMap(&c_map, p.c_dtype, p.c.data, p.n, p.m,
+                                 MapPitch(ldc, p.m, p.c_dtype), 64);
   if (!encoded.ok()) return encoded;
   internal::GemmParams params;
   params.m = static_cast<int>(p.m);
