@@ -114,9 +114,10 @@ class GemmSelector {
   absl::StatusOr<KernelChoice> Choose(const GemmProblem& problem);
 
   // Times every candidate for `problem`'s key now (on private random data;
-  // the problem's pointers are not touched), stores the fastest in memory
+  // the problem's pointers are not touched), then the best of each group
+  // again, interleaved (TimeChoices); stores the fastest of those in memory
   // and in the cache file, and returns it. Blocks for the timing.
-  // When `timings` is given it receives every candidate's timing.
+  // When `timings` is given it receives every candidate's first timing.
   absl::StatusOr<KernelChoice> Tune(
       const GemmProblem& problem,
       std::vector<CandidateTiming>* timings = nullptr);
