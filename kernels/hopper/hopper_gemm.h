@@ -3,7 +3,7 @@
 // mbarrier-guarded ring of stages, a producer and two consumer warpgroups, a
 // persistent grid in grouped tile order whose last round is split along K, TMA
 // stores that overlap the next tile, and optionally 2-block clusters sharing B
-// by TMA multicast (internal/gemm_nt_kernel.cuh).
+// by TMA multicast (internal/gemm_kernel.cuh).
 //
 // Device API in the CUTLASS manner: CanImplement -> WorkspaceBytes -> Run;
 // a config (Config) is a compiled kernel, the caller (the selector) picks

@@ -35,7 +35,11 @@ void CheckCovers(int tiles, int clusters, int k_steps, bool split) {
     }
   }
   for (int t = 0; t < tiles; ++t) EXPECT_EQ(next_k[t], k_steps) << "tile " << t;
-  if (s.parts > 1) {
+  if (s.parts > 1 && tiles < clusters) {
+    // Every tile split, within kMaxSplitRounds rounds.
+    EXPECT_EQ(s.whole, 0);
+    EXPECT_LE(s.units, kMaxSplitRounds * clusters);
+  } else if (s.parts > 1) {
     // The whole tiles fill full rounds, and the split units fit in the
     // last one: each cluster takes one at most.
     EXPECT_EQ(s.whole % clusters, 0);
@@ -67,6 +71,14 @@ TEST(HopperScheduleTest, SplitsOnlyAnUnfilledLastRound) {
   s = Schedule(1716, 132, 32, true);
   EXPECT_EQ(s.parts, 1);
   EXPECT_EQ(s.units, 1716);
+  // 80 tiles on 132 blocks, 32 k-steps: 3 parts each in 2 rounds (26
+  // k-steps a block by the cost model) beat one round of whole tiles (32).
+  s = Schedule(80, 132, 32, true);
+  EXPECT_EQ(s.whole, 0);
+  EXPECT_EQ(s.parts, 3);
+  EXPECT_EQ(s.units, 240);
+  // 16 tiles (16 x 4096 x 4096): one round of 8 parts.
+  EXPECT_EQ(Schedule(16, 132, 64, true).parts, 8);
   // Too little K to split, or no workspace.
   EXPECT_EQ(Schedule(1720, 132, 7, true).parts, 1);
   EXPECT_EQ(Schedule(1720, 132, 32, false).parts, 1);

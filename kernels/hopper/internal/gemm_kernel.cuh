@@ -22,10 +22,10 @@
 // it into both (TMA multicast).
 //
 // The last round, where only a few tiles would be left for all the
-// clusters, splits those tiles along K (Schedule): each part leaves FP32
-// sums in a workspace slot, and the last part to finish adds the slots up
-// in part order (the result does not depend on which finishes last) and
-// stores the tile.
+// clusters, splits those tiles along K (Schedule; with fewer tiles than
+// clusters, every tile): each part leaves FP32 sums in a workspace slot,
+// and the last part to finish adds the slots up in part order (the result
+// does not depend on which finishes last) and stores the tile.
 #ifndef MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_KERNEL_CUH_
 #define MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_KERNEL_CUH_
 
@@ -300,9 +300,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                  int64_t{(unit.split * schedule.parts + p) * kCluster + rank} *
                      kTileElements;
         };
+        // A warp whose 16 rows all lie past C's last row keeps no sums
+        // (the store leaves those rows out): a short M moves less.
+        const bool keeps =
+            consumer * 64 + (j % 128) / 32 * 16 < params.m - tile_m;
         float* mine = slot(unit.part);
+        if (keeps) {
 #pragma unroll
-        for (int i = 0; i < 128; ++i) mine[i * 256 + j] = acc[i];
+          for (int i = 0; i < 128; ++i) mine[i * 256 + j] = acc[i];
+        }
         __threadfence();
         NamedBarrierSync(3, 256);
         if (j == 0) {
@@ -315,7 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         __threadfence();
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-        for (int p = 0; p < schedule.parts; ++p) {
+        for (int p = 0; keeps && p < schedule.parts; ++p) {
           const float* sums = slot(p);
 #pragma unroll
           for (int i = 0; i < 128; ++i) acc[i] += __ldcg(sums + i * 256 + j);

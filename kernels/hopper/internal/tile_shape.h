@@ -1,4 +1,4 @@
-// The Hopper kernel's fixed shape (gemm_nt_kernel.cuh), for the host code
+// The Hopper kernel's fixed shape (gemm_kernel.cuh), for the host code
 // too: tile, pipeline, threads and the shared memory they take.
 #ifndef MATMUL_KERNELS_HOPPER_INTERNAL_TILE_SHAPE_H_
 #define MATMUL_KERNELS_HOPPER_INTERNAL_TILE_SHAPE_H_
@@ -30,8 +30,12 @@ inline constexpr int kOutBuffers = 2;
 inline constexpr int kSharedBytes =
     kStages * kStageBytes + 2 * kOutBuffers * kChunkBytes + 1024;
 
-// A split tile's parts are at least this many k-steps long.
+// A split tile's parts are at least this many k-steps long; writing a
+// part's sums and summing them costs about kPartCost k-steps; split units
+// take at most kMaxSplitRounds rounds of the grid.
 inline constexpr int kMinPartKSteps = 4;
+inline constexpr int kPartCost = 2;
+inline constexpr int kMaxSplitRounds = 2;
 
 }  // namespace matmul::hopper::internal
 
