@@ -53,12 +53,15 @@ int64_t MapPitch(int64_t ld, int64_t stored_rows, DType dtype) {
   return CeilDiv(ld, per_16_bytes) * per_16_bytes;
 }
 
-// The persistent grid for `p` and the work it walks.
+// The persistent grid for `p` and the work it walks. The kernel derives
+// its schedule from the grid, so the grid is what the schedule was planned
+// for: a block per SM where tiles split (the split units need the idle
+// clusters), otherwise no more clusters than tiles.
 struct Plan {
-  int blocks = 0;
-  int k_steps = 0;
+  int blocks = 0;          // with the workspace: split as the schedule says
+  int unsplit_blocks = 0;  // without it
   Schedule schedule{0, 1, 0, false};
-  size_t partial_bytes = 0;  // workspace for the split last round
+  size_t partial_bytes = 0;  // workspace for the split units
   size_t arrival_bytes = 0;
 };
 
@@ -72,13 +75,14 @@ absl::StatusOr<Plan> PlanFor(const GemmProblem& p, const Config& c,
   }
   const int64_t tiles =
       CeilDiv(p.m, kBlockM * c.cluster) * CeilDiv(p.n, kBlockN);
+  const int most = std::max(1, sms / c.cluster);
+  const int fewest = static_cast<int>(std::min<int64_t>(most, tiles));
   Plan plan;
-  const int clusters =
-      static_cast<int>(std::clamp<int64_t>(sms / c.cluster, 1, tiles));
-  plan.blocks = clusters * c.cluster;
-  plan.k_steps = static_cast<int>(CeilDiv(p.k, kBlockK));
-  plan.schedule =
-      Schedule(static_cast<int>(tiles), clusters, plan.k_steps, true);
+  plan.schedule = Schedule(static_cast<int>(tiles), most,
+                           static_cast<int>(CeilDiv(p.k, kBlockK)), true);
+  plan.unsplit_blocks = fewest * c.cluster;
+  plan.blocks =
+      plan.schedule.parts > 1 ? most * c.cluster : plan.unsplit_blocks;
   const int64_t split_tiles = plan.schedule.split_tiles();
   plan.partial_bytes = sizeof(float) * kTileElements * split_tiles *
                        plan.schedule.parts * c.cluster;
@@ -224,7 +228,9 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
   params.alpha = p.alpha;
   params.beta = p.beta;
   const size_t needed = plan->partial_bytes + plan->arrival_bytes;
+  int blocks = plan->unsplit_blocks;
   if (needed > 0 && workspace != nullptr && workspace_bytes >= needed) {
+    blocks = plan->blocks;
     params.partials = static_cast<float*>(workspace);
     params.arrivals = reinterpret_cast<int*>(static_cast<char*>(workspace) +
                                              plan->partial_bytes);
@@ -236,7 +242,7 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
   }
   if (cudaError_t e = internal::LaunchGemm(
           c.cluster, a_mn_major, b_mn_major, p.c_dtype == DType::kFP32, a_map,
-          b_map, c_map, params, plan->blocks, stream);
+          b_map, c_map, params, blocks, stream);
       e != cudaSuccess) {
     return CudaError(e, "launching the Hopper kernel");
   }
