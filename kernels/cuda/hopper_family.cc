@@ -85,10 +85,10 @@ class HopperFamily : public GemmFamily {
     return hopper::WorkspaceBytes(problem, *config, device_);
   }
 
-  // A tile's FP32 sums and an arrival count for each block of the split
-  // rounds of a full grid: the most a schedule takes.
+  // A tile's FP32 sums and an arrival count for each block of a full grid:
+  // the most the split last round takes.
   size_t MaxWorkspaceBytes() const override {
-    return static_cast<size_t>(sms_) * hopper::internal::kMaxSplitRounds *
+    return static_cast<size_t>(sms_) *
            (sizeof(float) * hopper::internal::kTileElements + sizeof(int));
   }
 

@@ -22,10 +22,11 @@
 // it into both (TMA multicast).
 //
 // The last round, where only a few tiles would be left for all the
-// clusters, splits those tiles along K (Schedule; with fewer tiles than
-// clusters, every tile): each part leaves FP32 sums in a workspace slot,
-// and the last part to finish adds the slots up in part order (the result
-// does not depend on which finishes last) and stores the tile.
+// clusters, splits those tiles along K (Schedule; with at most half as
+// many tiles as clusters, every tile): each part leaves FP32 sums in a
+// workspace slot, and the last part to finish adds the slots up in part
+// order (the result does not depend on which finishes last) and stores
+// the tile.
 #ifndef MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_KERNEL_CUH_
 #define MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_KERNEL_CUH_
 

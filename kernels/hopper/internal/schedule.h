@@ -1,10 +1,8 @@
-// The persistent grid's work list (gemm_kernel.cuh), on the device and on
-// the host (which sizes the workspace from it): tiles done whole, then the
-// last round's tiles split along K where that round would leave clusters
-// idle, each into as many parts as the idle clusters allow, each part at
-// least kMinPartKSteps k-steps long. With fewer tiles than clusters every
-// tile splits, into the parts that finish soonest by a cost model (in
-// k-steps a cluster runs), within kMaxSplitRounds rounds.
+// The persistent grid's work list (gemm_kernel.cuh), on the device and
+// on the host (which sizes the workspace from it): tiles done whole, then
+// the last round's tiles split along K where that round would leave
+// clusters idle, each into as many parts as the idle clusters allow, each
+// part at least kMinPartKSteps k-steps long.
 #ifndef MATMUL_KERNELS_HOPPER_INTERNAL_SCHEDULE_H_
 #define MATMUL_KERNELS_HOPPER_INTERNAL_SCHEDULE_H_
 
@@ -28,28 +26,8 @@ struct Schedule {
       : whole(tiles), parts(1), units(tiles) {
     const int tail = tiles % clusters;
     if (!split || tail == 0) return;
-    const int by_k = k_steps / kMinPartKSteps;
-    if (tiles < clusters) {
-      // Rounds times the k-steps of a part, plus what writing and summing
-      // a part's FP32 sums costs (about kPartCost k-steps).
-      int best = 1;
-      int best_cost = k_steps;
-      for (int p = 2; p <= by_k && tiles * p <= kMaxSplitRounds * clusters;
-           ++p) {
-        const int rounds = (tiles * p + clusters - 1) / clusters;
-        const int cost = rounds * ((k_steps + p - 1) / p + kPartCost);
-        if (cost < best_cost) {
-          best = p;
-          best_cost = cost;
-        }
-      }
-      if (best < 2) return;
-      parts = best;
-      whole = 0;
-      units = tiles * parts;
-      return;
-    }
     const int by_clusters = clusters / tail;
+    const int by_k = k_steps / kMinPartKSteps;
     const int most = by_clusters < by_k ? by_clusters : by_k;
     if (most < 2) return;
     parts = most;

@@ -30,12 +30,8 @@ inline constexpr int kOutBuffers = 2;
 inline constexpr int kSharedBytes =
     kStages * kStageBytes + 2 * kOutBuffers * kChunkBytes + 1024;
 
-// A split tile's parts are at least this many k-steps long; writing a
-// part's sums and summing them costs about kPartCost k-steps; split units
-// take at most kMaxSplitRounds rounds of the grid.
+// A split tile's parts are at least this many k-steps long.
 inline constexpr int kMinPartKSteps = 4;
-inline constexpr int kPartCost = 2;
-inline constexpr int kMaxSplitRounds = 2;
 
 }  // namespace matmul::hopper::internal
 
