@@ -1,9 +1,9 @@
 // The kernel families this build has, made once per selector at start-up.
-// cuBLASLt is always there; optional families (the project's own mma
-// kernels) are compiled in only where their library is part of the build:
-// CMake chooses the source that defines OptionalFamilies() (see
-// optional_families.h), so a family that is not built is absent from the
-// list rather than present and refusing.
+// cuBLASLt is always there; optional families (the project's own mma and
+// Hopper kernels) are compiled in only where their library is part of the
+// build: CMake writes OptionalFamilies() (see optional_families.h), so a
+// family that is not built is absent from the list rather than present and
+// refusing.
 #ifndef MATMUL_KERNELS_CUDA_GEMM_FAMILY_REGISTRY_H_
 #define MATMUL_KERNELS_CUDA_GEMM_FAMILY_REGISTRY_H_
 

@@ -56,8 +56,8 @@ struct SelectorOptions {
   // opt-in limit. Setting 101376 imposes the GB10's limit on any GPU.
   int max_shared_bytes = 0;
   int cublaslt_top_k = CublasLtGemm::kDefaultTopK;
-  // Which families the selector may use: the own kernels ("mma") and
-  // cuBLASLt ("cublaslt").
+  // Which families the selector may use: the own kernels ("mma",
+  // "hopper") and cuBLASLt ("cublaslt").
   bool use_own_kernels = true;
   bool use_cublaslt = true;
   // Timing effort per candidate: at least min_iterations timed runs, more
@@ -114,9 +114,10 @@ class GemmSelector {
   absl::StatusOr<KernelChoice> Choose(const GemmProblem& problem);
 
   // Times every candidate for `problem`'s key now (on private random data;
-  // the problem's pointers are not touched), stores the fastest in memory
+  // the problem's pointers are not touched), then the best of each group
+  // again, interleaved (TimeChoices); stores the fastest of those in memory
   // and in the cache file, and returns it. Blocks for the timing.
-  // When `timings` is given it receives every candidate's timing.
+  // When `timings` is given it receives every candidate's first timing.
   absl::StatusOr<KernelChoice> Tune(
       const GemmProblem& problem,
       std::vector<CandidateTiming>* timings = nullptr);

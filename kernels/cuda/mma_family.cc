@@ -1,8 +1,7 @@
 // The project's own mma.sync kernels (kernels/mma) as a kernel family: a
 // candidate is one compiled TileConfig, named by TileConfig::Name()
 // ("mma_128x128x64_s3_w2x2_tma"). CMake compiles this file only where the
-// matmul_mma library is part of the build; it then defines
-// OptionalFamilies().
+// matmul_mma library is part of the build.
 #include <memory>
 #include <string>
 #include <utility>
@@ -160,8 +159,8 @@ class MmaFamily : public GemmFamily {
 
 }  // namespace
 
-std::vector<FamilyFactory> OptionalFamilies() {
-  return {{MmaFamily::kName, &MmaFamily::Create}};
+FamilyFactory MmaFamilyFactory() {
+  return {MmaFamily::kName, &MmaFamily::Create};
 }
 
 }  // namespace matmul::cuda

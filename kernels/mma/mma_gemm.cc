@@ -13,7 +13,7 @@
 #include "kernels/mma/internal/configs.h"
 #include "kernels/mma/internal/launch.h"
 #include "kernels/mma/internal/params.h"
-#include "kernels/mma/internal/tensor_maps.h"
+#include "kernels/tma/tensor_maps.h"
 
 namespace matmul::mma {
 namespace {
@@ -245,7 +245,7 @@ bool TakesTmaPath(const GemmProblem& p, const TileConfig& c, int device) {
   const int index = KernelIndex(c);
   return index >= 0 && TmaTable(la, lb)[index] != nullptr &&
          CachedAttribute<cudaDevAttrComputeCapabilityMajor>(device) >= 9 &&
-         internal::HaveTensorMapEncoder();
+         tma::HaveTensorMapEncoder();
 }
 
 namespace {
@@ -259,16 +259,15 @@ absl::Status RunTma(const GemmProblem& p, const TileConfig& c, KernelParams* k,
   // A "N" is stored as m rows of k; "T" as k rows of m. B "T" is stored as
   // n rows of k; "N" as k rows of n. Boxes cover a block's rows of a
   // K-major operand and block_k rows of an MN-major one.
-  absl::Status s = la == 'N'
-                       ? internal::EncodeOperandMap(&k->tma_a, p.a.data, p.k,
-                                                    p.m, k->lda, c.block_m)
-                       : internal::EncodeOperandMap(&k->tma_a, p.a.data, p.m,
-                                                    p.k, k->lda, c.block_k);
+  absl::Status s = la == 'N' ? tma::EncodeOperandMap(&k->tma_a, p.a.data, p.k,
+                                                     p.m, k->lda, c.block_m)
+                             : tma::EncodeOperandMap(&k->tma_a, p.a.data, p.m,
+                                                     p.k, k->lda, c.block_k);
   if (!s.ok()) return s;
-  s = lb == 'T' ? internal::EncodeOperandMap(&k->tma_b, p.b.data, p.k, p.n,
-                                             k->ldb, c.block_n)
-                : internal::EncodeOperandMap(&k->tma_b, p.b.data, p.n, p.k,
-                                             k->ldb, c.block_k);
+  s = lb == 'T' ? tma::EncodeOperandMap(&k->tma_b, p.b.data, p.k, p.n, k->ldb,
+                                        c.block_n)
+                : tma::EncodeOperandMap(&k->tma_b, p.b.data, p.n, p.k, k->ldb,
+                                        c.block_k);
   if (!s.ok()) return s;
   const dim3 grid(k->tiles_m * k->tiles_n, 1);
   if (cudaError_t err = TmaTable(la, lb)[KernelIndex(c)](*k, grid, stream);

@@ -2,9 +2,9 @@
 # Builds everything here and packs what the GPU machine needs into
 # bundle/payload.tar.xz (plus bundle/COMMIT and bundle/MANIFEST): every test
 # binary, matmul-bench, matmul-tune, matmul-server, matmul-cli,
-# stream-order-bench, mma_bench (when built), and the shared libraries they
-# need that the GPU machine lacks (abseil, gRPC, protobuf, prometheus-cpp,
-# OpenBLAS, gfortran, libmatmul_cuda, ...) under lib/. glibc,
+# stream-order-bench, handoff-probe, mma_bench (when built), and the shared
+# libraries they need that the GPU machine lacks (abseil, gRPC, protobuf,
+# prometheus-cpp, OpenBLAS, gfortran, libmatmul_cuda, ...) under lib/. glibc,
 # libstdc++/libgcc_s (newer there) and the CUDA libraries (CUDA 13.0 is
 # installed there) are left out. tests/gpu/run.sh unpacks it.
 #
@@ -43,7 +43,7 @@ mapfile -t binaries < <(
     \( -name '*_test' -o -name 'matmul-bench' -o -name 'matmul-tune' \
        -o -name 'matmul-server' -o -name 'matmul-cli' -o -name 'mma_bench' -o -name 'cublaslt-survey' \
        -o -name 'matmul-soak' -o -name 'soak_holder' -o -name 'transport_probe' \
-       -o -name 'stream-order-bench' -o -name 'grpc-floor' \) \
+       -o -name 'stream-order-bench' -o -name 'grpc-floor' -o -name 'handoff-probe' \) \
     -not -path '*/CMakeFiles/*' | sort)
 if [ ${#binaries[@]} -eq 0 ]; then
   echo "bundle.sh: nothing was built" >&2

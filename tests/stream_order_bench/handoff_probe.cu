@@ -120,6 +120,8 @@ Words* FreshWords() {
   return static_cast<Words*>(p);
 }
 
+// One thread queues both sides, a round trip at a time: queued all at once,
+// the answers' waits would fill the stream's queue before an ask is queued.
 double OneProcess(int n, double kernel_us) {
   Words* words = FreshWords();
   const Mapped m = Register(words);
@@ -127,9 +129,26 @@ double OneProcess(int n, double kernel_us) {
   CHECK(cudaStreamCreateWithFlags(&ask, cudaStreamNonBlocking) == cudaSuccess);
   CHECK(cudaStreamCreateWithFlags(&answer, cudaStreamNonBlocking) ==
         cudaSuccess);
-  QueueAnswers(answer, m, n, CyclesFor(kernel_us));
-  const double us = QueueAsksAndTime(ask, m, n);
-  CHECK(cudaStreamSynchronize(answer) == cudaSuccess);
+  const CudaDriverApi api = DriverApi();
+  const long long spin = CyclesFor(kernel_us);
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start) == cudaSuccess);
+  CHECK(cudaEventCreate(&stop) == cudaSuccess);
+  for (int i = 1; i <= n; ++i) {
+    if (i == n / 2 + 1) CHECK(cudaEventRecord(start, ask) == cudaSuccess);
+    CHECK(api.stream_write_value32(ask, m.ping, i, 0) == CUDA_SUCCESS);
+    CHECK(api.stream_wait_value32(answer, m.ping, i,
+                                  CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
+    if (spin > 0) Spin<<<1, 1, 0, answer>>>(spin);
+    CHECK(api.stream_write_value32(answer, m.pong, i, 0) == CUDA_SUCCESS);
+    CHECK(api.stream_wait_value32(ask, m.pong, i, CU_STREAM_WAIT_VALUE_GEQ) ==
+          CUDA_SUCCESS);
+  }
+  CHECK(cudaEventRecord(stop, ask) == cudaSuccess);
+  CHECK(cudaEventSynchronize(stop) == cudaSuccess);
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess);
+  const double us = ms * 1e3 / (n - n / 2);
   CHECK(cudaHostUnregister(words) == cudaSuccess);
   munmap(words, 4096);
   return us;

@@ -1,11 +1,13 @@
 // The registry holds exactly the families this build has (no GPU needed):
-// cuBLASLt always, the mma family exactly where CMake built kernels/mma
-// (MATMUL_TEST_EXPECT_MMA_FAMILY comes from the same CMake test).
+// cuBLASLt always, the own kernels' families exactly where CMake built
+// their libraries (MATMUL_TEST_EXPECTED_FAMILIES, "hopper,mma,cublaslt" or
+// less, comes from the same CMake test).
 #include "kernels/cuda/gemm_family_registry.h"
 
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace matmul::cuda {
@@ -19,12 +21,11 @@ std::vector<std::string> Names() {
 
 TEST(GemmFamilyRegistry, HoldsTheFamiliesThisBuildHas) {
   const std::vector<std::string> expected =
-      MATMUL_TEST_EXPECT_MMA_FAMILY
-          ? std::vector<std::string>{"mma", "cublaslt"}
-          : std::vector<std::string>{"cublaslt"};
+      absl::StrSplit(MATMUL_TEST_EXPECTED_FAMILIES, ',');
   EXPECT_EQ(Names(), expected);
-  EXPECT_TRUE(HasBuiltInFamily("cublaslt"));
-  EXPECT_EQ(HasBuiltInFamily("mma"), MATMUL_TEST_EXPECT_MMA_FAMILY != 0);
+  for (const std::string& name : expected) {
+    EXPECT_TRUE(HasBuiltInFamily(name)) << name;
+  }
   EXPECT_FALSE(HasBuiltInFamily("cutlass"));
   for (const FamilyFactory& f : BuiltInFamilies()) {
     EXPECT_NE(f.create, nullptr) << f.name;

@@ -90,8 +90,11 @@ const CandidateTiming* Best(const std::vector<CandidateTiming>& timings,
 
 struct Row {
   std::string shape, layout;
-  std::map<std::string, double> family_tflops;  // best of each family
-  std::map<std::string, bool> family_fits;      // that best fits 99 KiB
+  // Each family's best (re-timed interleaved with the pick and cuBLASLt):
+  // its TFLOPS, its name, and whether it fits 99 KiB.
+  std::map<std::string, double> family_tflops;
+  std::map<std::string, std::string> family_kernel;
+  std::map<std::string, bool> family_fits;
   double spark = 0, lt = 0, pick = 0;
   std::string spark_name, lt_name, pick_name;
   // --sustained_kernels' entries, in flag order: the entry, its kernel's
@@ -127,10 +130,11 @@ absl::Status Main() {
       absl::GetFlag(FLAGS_sustained_kernels), ',', absl::SkipEmpty());
   for (const std::string& which : sustained_kernels) {
     if (which != "pick" && which != "spark" && which != "cublaslt" &&
-        !absl::StartsWith(which, "mma_")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--sustained_kernels: ", which,
-                       " is not pick, spark, cublaslt or an mma_ config"));
+        !absl::StartsWith(which, "mma_") &&
+        !absl::StartsWith(which, "wgmma_")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--sustained_kernels: ", which,
+          " is not pick, spark, cublaslt or an mma_ or wgmma_ config"));
     }
   }
   if (sustained.seconds > 0 && sustained_kernels.empty()) {
@@ -189,14 +193,11 @@ absl::Status Main() {
             families.push_back(t.group);
           }
         }
+        std::vector<const CandidateTiming*> family_best;
         for (const std::string& family : families) {
-          const CandidateTiming* best =
-              Best(timings,
-                   [&](const CandidateTiming& t) { return t.group == family; });
-          if (best != nullptr) {
-            row.family_tflops[family] = Tflops(p, best->median_seconds);
-            row.family_fits[family] = best->fits_spark;
-          }
+          family_best.push_back(Best(timings, [&](const CandidateTiming& t) {
+            return t.group == family;
+          }));
         }
         const CandidateTiming* spark = Best(
             timings, [](const CandidateTiming& t) { return t.fits_spark; });
@@ -204,14 +205,25 @@ absl::Status Main() {
           return t.group == "cublaslt";
         });
         // The pick as the service would run it (Choose), re-timed
-        // interleaved with the best cuBLASLt and Spark candidates so the
-        // ratios compare like with like.
+        // interleaved with the best cuBLASLt and Spark candidates and each
+        // family's best, so the ratios compare like with like.
         ASSIGN_OR_RETURN(KernelChoice pick, selector->Choose(p));
         std::vector<KernelChoice> final_choices = {pick};
         if (lt != nullptr) final_choices.push_back(lt->choice);
+        const size_t first_family = final_choices.size();
+        for (const CandidateTiming* best : family_best) {
+          if (best != nullptr) final_choices.push_back(best->choice);
+        }
         if (spark != nullptr) final_choices.push_back(spark->choice);
         ASSIGN_OR_RETURN(std::vector<CandidateTiming> final_timings,
                          selector->TimeChoices(p, final_choices));
+        for (size_t f = 0, at = first_family; f < families.size(); ++f) {
+          if (family_best[f] == nullptr) continue;
+          row.family_tflops[families[f]] =
+              Tflops(p, final_timings[at++].median_seconds);
+          row.family_kernel[families[f]] = family_best[f]->choice.name;
+          row.family_fits[families[f]] = family_best[f]->fits_spark;
+        }
         row.pick = Tflops(p, final_timings[0].median_seconds);
         row.pick_name = pick.name;
         if (lt != nullptr) {
@@ -270,6 +282,13 @@ absl::Status Main() {
         entry["cublaslt_best"] = {{"kernel", row.lt_name}, {"tflops", row.lt}};
         entry["spark_best"] = {{"kernel", row.spark_name},
                                {"tflops", row.spark}};
+        entry["family_best"] = nlohmann::json::array();
+        for (const auto& [family, tflops] : row.family_tflops) {
+          entry["family_best"].push_back(
+              {{"family", family},
+               {"kernel", row.family_kernel.at(family)},
+               {"tflops", tflops}});
+        }
         for (const auto& [which, table, result] : row.sustained) {
           entry["sustained"].push_back(
               {{"which", which},
@@ -322,7 +341,8 @@ absl::Status Main() {
                         "cublasLt", "pick", "pick kernel");
   std::printf(
       "\nTFLOPS (ratio to cuBLASLt). Family cells: best config of the "
-      "family, '*' = it fits the GB10's 99 KiB.\n%s",
+      "family, re-timed interleaved with cuBLASLt and the pick; '*' = it "
+      "fits the GB10's 99 KiB.\n%s",
       header.c_str());
   const std::vector<Row>& rows = all_rows.back();
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -1,11 +1,11 @@
-#include "kernels/mma/internal/tensor_maps.h"
+#include "kernels/tma/tensor_maps.h"
 
 #include <cuda_runtime.h>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace matmul::mma::internal {
+namespace matmul::tma {
 namespace {
 
 using EncodeFn = decltype(&cuTensorMapEncodeTiled);
@@ -33,27 +33,39 @@ bool HaveTensorMapEncoder() { return Encoder() != nullptr; }
 
 absl::Status EncodeOperandMap(CUtensorMap* map, const void* base, int64_t cols,
                               int64_t rows, int64_t ld, int box_rows) {
+  return EncodeMatrixMap(map, DType::kBF16, base, cols, rows, ld, box_rows);
+}
+
+absl::Status EncodeMatrixMap(CUtensorMap* map, DType dtype, const void* base,
+                             int64_t cols, int64_t rows, int64_t ld,
+                             int box_rows) {
   const EncodeFn encode = Encoder();
   if (encode == nullptr) {
     return absl::FailedPreconditionError(
         "the CUDA driver offers no cuTensorMapEncodeTiled");
   }
+  const size_t element_bytes = DTypeSize(dtype);
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols),
                               static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
-  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * element_bytes};
+  // A box row is one 128-byte swizzle row.
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / element_bytes),
+                             static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
-             dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(
+      map,
+      dtype == DType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+      2, const_cast<void*>(base), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
-    return absl::InternalError(absl::StrCat(
-        "cuTensorMapEncodeTiled failed (CUresult ", static_cast<int>(r),
-        ") for ", rows, " x ", cols, " elements, leading dimension ", ld));
+    return absl::InternalError(
+        absl::StrCat("cuTensorMapEncodeTiled failed (CUresult ",
+                     static_cast<int>(r), ") for ", rows, " x ", cols, " ",
+                     DTypeName(dtype), " elements, leading dimension ", ld));
   }
   return absl::OkStatus();
 }
 
-}  // namespace matmul::mma::internal
+}  // namespace matmul::tma

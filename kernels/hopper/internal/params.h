@@ -1,0 +1,20 @@
+// What the Hopper kernel takes besides its tensor maps.
+#ifndef MATMUL_KERNELS_HOPPER_INTERNAL_PARAMS_H_
+#define MATMUL_KERNELS_HOPPER_INTERNAL_PARAMS_H_
+
+namespace matmul::hopper::internal {
+
+struct GemmParams {
+  int m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;  // C is read only where this is not 0
+  // The split last round's workspace (schedule.h): a kTileElements FP32
+  // slot per part and block, and an arrival count per split tile and block,
+  // zero before the launch (the kernel leaves them zero). Null: no split.
+  float* partials = nullptr;
+  int* arrivals = nullptr;
+};
+
+}  // namespace matmul::hopper::internal
+
+#endif  // MATMUL_KERNELS_HOPPER_INTERNAL_PARAMS_H_
