@@ -3,11 +3,15 @@
 # tests/gpu/bundle.sh built bundle/ here:
 #   run(command="bash tests/gpu/steps/hopper_kernel.sh", carry=["bundle"])
 # The Hopper kernel family (kernels/hopper): that the backend holds sm_90a
-# wgmma code (HGMMA in its SASS), its GPU tests, and matmul-bench on the
-# NT shapes it takes (the seed's four, 8192^3 and the small-M ones), whose
-# table sets each config's best beside cuBLASLt's and the selector's pick.
-# Output: stdout, $OUT/hopper_bench.txt and $OUT/hopper_bench.json.
-# Env: BENCH_REPEAT (3).
+# wgmma code (HGMMA in its SASS), its GPU tests, matmul-bench on every
+# shape in both layouts (each family's best re-timed interleaved with
+# cuBLASLt and the pick), and the seed shapes' sustained figures (both
+# configs and cuBLASLt back to back, at the GPU's power cap). With
+# HOPPER_NCU=1, ncu's view (speed of light, warp states) of the kernel and
+# cuBLASLt's on 5120x11008x2048 NT as well.
+# Output: stdout, $OUT/hopper_bench.{txt,json}, $OUT/hopper_sustained.{txt,json}
+# and $OUT/hopper_ncu.txt.
+# Env: BENCH_REPEAT (3), SUSTAINED_S (1; 0 skips), HOPPER_NCU (0).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -26,6 +30,21 @@ if [ "$hgmma" -eq 0 ]; then
   exit 1
 fi
 bundle/hopper_gemm_test
-# matmul-bench's default shapes are those named above.
-bundle/matmul-bench --layouts=NT --repeat="${BENCH_REPEAT:-3}" \
+bundle/matmul-bench --layouts=NN,NT --repeat="${BENCH_REPEAT:-3}" \
   --json="$OUT/hopper_bench.json" | tee "$OUT/hopper_bench.txt"
+configs=wgmma_128x256x64_s4,wgmma_128x256x64_s4_c2,cublaslt
+if [ "${SUSTAINED_S:-1}" != 0 ]; then
+  bundle/matmul-bench --layouts=NN,NT \
+    --shapes=5120x11008x2048,5120x2048x11008,5120x2048x2048,5120x512x2048 \
+    --sustained_s="${SUSTAINED_S:-1}" --sustained_kernels="$configs" \
+    --json="$OUT/hopper_sustained.json" | tee "$OUT/hopper_sustained.txt"
+fi
+if [ "${HOPPER_NCU:-0}" = 1 ]; then
+  # --clock-control none: the clocks the GPU picks, as in the timings.
+  ncu --clock-control none --kernel-name-base demangled \
+    -k 'regex:hopper::internal::Gemm|nvjet' --launch-skip 10 --launch-count 4 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    bundle/matmul-bench --shapes=5120x11008x2048 --layouts=NT \
+    --max_iterations=30 >"$OUT/hopper_ncu.txt" 2>&1 || true
+  grep -E "Gemm|nvjet|Throughput|Stall|Issued" "$OUT/hopper_ncu.txt" | head -60
+fi
