@@ -86,24 +86,33 @@ void QueueAnswers(cudaStream_t stream, const Mapped& m, int n, long long spin) {
   }
 }
 
-// The asking side: for each i, write ping = i, wait pong >= i; times the
-// second half (the first warms up and lets the other side queue).
-double QueueAsksAndTime(cudaStream_t stream, const Mapped& m, int n) {
-  const CudaDriverApi api = DriverApi();
+// Queues round trips 1..n (`queue_round(i)`, ending on `ask`) and returns
+// the microseconds a round trip of the second half takes on `ask` (the
+// first half warms up and lets the other side queue).
+template <typename QueueRound>
+double TimeRoundTrips(cudaStream_t ask, int n, QueueRound queue_round) {
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start) == cudaSuccess);
   CHECK(cudaEventCreate(&stop) == cudaSuccess);
   for (int i = 1; i <= n; ++i) {
-    if (i == n / 2 + 1) CHECK(cudaEventRecord(start, stream) == cudaSuccess);
-    CHECK(api.stream_write_value32(stream, m.ping, i, 0) == CUDA_SUCCESS);
-    CHECK(api.stream_wait_value32(stream, m.pong, i,
-                                  CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
+    if (i == n / 2 + 1) CHECK(cudaEventRecord(start, ask) == cudaSuccess);
+    queue_round(i);
   }
-  CHECK(cudaEventRecord(stop, stream) == cudaSuccess);
+  CHECK(cudaEventRecord(stop, ask) == cudaSuccess);
   CHECK(cudaEventSynchronize(stop) == cudaSuccess);
   float ms = 0;
   CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess);
   return ms * 1e3 / (n - n / 2);
+}
+
+// The asking side: for each i, write ping = i, wait pong >= i.
+double QueueAsksAndTime(cudaStream_t stream, const Mapped& m, int n) {
+  const CudaDriverApi api = DriverApi();
+  return TimeRoundTrips(stream, n, [&](int i) {
+    CHECK(api.stream_write_value32(stream, m.ping, i, 0) == CUDA_SUCCESS);
+    CHECK(api.stream_wait_value32(stream, m.pong, i,
+                                  CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
+  });
 }
 
 long long CyclesFor(double us) {
@@ -131,11 +140,7 @@ double OneProcess(int n, double kernel_us) {
         cudaSuccess);
   const CudaDriverApi api = DriverApi();
   const long long spin = CyclesFor(kernel_us);
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start) == cudaSuccess);
-  CHECK(cudaEventCreate(&stop) == cudaSuccess);
-  for (int i = 1; i <= n; ++i) {
-    if (i == n / 2 + 1) CHECK(cudaEventRecord(start, ask) == cudaSuccess);
+  const double us = TimeRoundTrips(ask, n, [&](int i) {
     CHECK(api.stream_write_value32(ask, m.ping, i, 0) == CUDA_SUCCESS);
     CHECK(api.stream_wait_value32(answer, m.ping, i,
                                   CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
@@ -143,12 +148,7 @@ double OneProcess(int n, double kernel_us) {
     CHECK(api.stream_write_value32(answer, m.pong, i, 0) == CUDA_SUCCESS);
     CHECK(api.stream_wait_value32(ask, m.pong, i, CU_STREAM_WAIT_VALUE_GEQ) ==
           CUDA_SUCCESS);
-  }
-  CHECK(cudaEventRecord(stop, ask) == cudaSuccess);
-  CHECK(cudaEventSynchronize(stop) == cudaSuccess);
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, start, stop) == cudaSuccess);
-  const double us = ms * 1e3 / (n - n / 2);
+  });
   CHECK(cudaHostUnregister(words) == cudaSuccess);
   munmap(words, 4096);
   return us;
