@@ -1,6 +1,6 @@
-// The project's Hopper kernel (kernels/hopper) as a kernel family: a
-// candidate is one Config ("wgmma_128x256x64_s4", "..._c2"), which runs
-// every operand layout. On a device
+// The project's Hopper kernels (kernels/hopper) as a kernel family: a
+// candidate is one Config ("wgmma_128x256x64_s4", "..._c2",
+// "wgmma_128x128x64_s6_pp"), which runs every operand layout. On a device
 // it cannot run on (anything but compute capability 9.0) every candidate
 // says so, and the selector keeps to the other families. CMake compiles
 // this file only where the matmul_hopper library is part of the build.
@@ -50,8 +50,12 @@ class HopperFamily : public GemmFamily {
     for (size_t i = 0; i < configs.size(); ++i) {
       GemmCandidate candidate;
       candidate.choice = Choice(static_cast<int>(i));
-      candidate.group = "wgmma_128x256";
-      candidate.shared_bytes = hopper::Config::SharedBytes();
+      // A group per kernel form, so that matmul-bench sets each beside
+      // cuBLASLt.
+      candidate.group =
+          absl::StrCat("wgmma_", configs[i].BlockM(), "x", configs[i].BlockN(),
+                       configs[i].pingpong ? "_pp" : "");
+      candidate.shared_bytes = configs[i].SharedBytes();
       candidate.fits_spark = false;  // wgmma: not on the GB10
       candidate.status = Check(problem, configs[i]);
       candidates.push_back(std::move(candidate));
@@ -108,10 +112,9 @@ class HopperFamily : public GemmFamily {
   // imposed (the GB10's, to try the Spark path on a bigger GPU).
   absl::Status Check(const GemmProblem& problem,
                      const hopper::Config& config) const {
-    if (max_shared_bytes_ > 0 &&
-        hopper::Config::SharedBytes() > max_shared_bytes_) {
+    if (max_shared_bytes_ > 0 && config.SharedBytes() > max_shared_bytes_) {
       return absl::FailedPreconditionError(
-          absl::StrCat(config.Name(), " needs ", hopper::Config::SharedBytes(),
+          absl::StrCat(config.Name(), " needs ", config.SharedBytes(),
                        " bytes of shared memory per block; the limit is ",
                        max_shared_bytes_));
     }

@@ -1,29 +1,32 @@
-// The Hopper kernel's instances and their launch (sm_90a only): two cluster
-// sizes by four operand layouts by two output types.
+// The Hopper kernels' instances and their launch (sm_90a only): the
+// cooperative kernel in two cluster sizes and the ping-pong kernel, each by
+// four operand layouts by two output types.
 #include "kernels/hopper/internal/gemm_kernel.cuh"
 #include "kernels/hopper/internal/launch.h"
+#include "kernels/hopper/internal/pingpong_kernel.cuh"
 
 namespace matmul::hopper::internal {
 namespace {
 
-template <int kCluster, bool kAMnMajor, bool kBMnMajor, bool kFp32Out>
-cudaError_t Launch(const CUtensorMap& a_map, const CUtensorMap& b_map,
+using KernelFn = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, GemmParams);
+
+cudaError_t Launch(KernelFn kernel, int cluster, int shared_bytes,
+                   const CUtensorMap& a_map, const CUtensorMap& b_map,
                    const CUtensorMap& c_map, const GemmParams& params,
                    int blocks, cudaStream_t stream) {
-  auto* kernel = Gemm<kCluster, kAMnMajor, kBMnMajor, kFp32Out>;
   // Per device, as the attribute is; set on every launch, it costs little
   // beside the product.
   cudaError_t e = cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared_bytes);
   if (e != cudaSuccess) return e;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(blocks);
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSharedBytes;
+  config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   cudaLaunchAttribute attribute = {};
   attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = kCluster;
+  attribute.val.clusterDim.x = cluster;
   attribute.val.clusterDim.y = 1;
   attribute.val.clusterDim.z = 1;
   config.attrs = &attribute;
@@ -31,35 +34,38 @@ cudaError_t Launch(const CUtensorMap& a_map, const CUtensorMap& b_map,
   return cudaLaunchKernelEx(&config, kernel, a_map, b_map, c_map, params);
 }
 
-template <int kCluster, bool kFp32Out>
-cudaError_t LaunchLayout(bool a_mn_major, bool b_mn_major,
-                         const CUtensorMap& a_map, const CUtensorMap& b_map,
-                         const CUtensorMap& c_map, const GemmParams& params,
-                         int blocks, cudaStream_t stream) {
-  if (a_mn_major) {
-    return b_mn_major ? Launch<kCluster, true, true, kFp32Out>(
-                            a_map, b_map, c_map, params, blocks, stream)
-                      : Launch<kCluster, true, false, kFp32Out>(
-                            a_map, b_map, c_map, params, blocks, stream);
+// The instance for the layouts and output type, of `Kernel` (a template
+// of <kAMnMajor, kBMnMajor, kFp32Out>).
+template <template <bool, bool, bool> class Kernel>
+KernelFn Instance(bool a_mn_major, bool b_mn_major, bool fp32_out) {
+  if (fp32_out) {
+    if (a_mn_major) {
+      return b_mn_major ? Kernel<true, true, true>::fn
+                        : Kernel<true, false, true>::fn;
+    }
+    return b_mn_major ? Kernel<false, true, true>::fn
+                      : Kernel<false, false, true>::fn;
   }
-  return b_mn_major ? Launch<kCluster, false, true, kFp32Out>(
-                          a_map, b_map, c_map, params, blocks, stream)
-                    : Launch<kCluster, false, false, kFp32Out>(
-                          a_map, b_map, c_map, params, blocks, stream);
+  if (a_mn_major) {
+    return b_mn_major ? Kernel<true, true, false>::fn
+                      : Kernel<true, false, false>::fn;
+  }
+  return b_mn_major ? Kernel<false, true, false>::fn
+                    : Kernel<false, false, false>::fn;
 }
 
-template <int kCluster>
-cudaError_t LaunchOutput(bool a_mn_major, bool b_mn_major, bool fp32_out,
-                         const CUtensorMap& a_map, const CUtensorMap& b_map,
-                         const CUtensorMap& c_map, const GemmParams& params,
-                         int blocks, cudaStream_t stream) {
-  return fp32_out ? LaunchLayout<kCluster, true>(a_mn_major, b_mn_major, a_map,
-                                                 b_map, c_map, params, blocks,
-                                                 stream)
-                  : LaunchLayout<kCluster, false>(a_mn_major, b_mn_major, a_map,
-                                                  b_map, c_map, params, blocks,
-                                                  stream);
-}
+template <bool kAMnMajor, bool kBMnMajor, bool kFp32Out>
+struct Cooperative1 {
+  static constexpr KernelFn fn = Gemm<1, kAMnMajor, kBMnMajor, kFp32Out>;
+};
+template <bool kAMnMajor, bool kBMnMajor, bool kFp32Out>
+struct Cooperative2 {
+  static constexpr KernelFn fn = Gemm<2, kAMnMajor, kBMnMajor, kFp32Out>;
+};
+template <bool kAMnMajor, bool kBMnMajor, bool kFp32Out>
+struct PingPong {
+  static constexpr KernelFn fn = PingPongGemm<kAMnMajor, kBMnMajor, kFp32Out>;
+};
 
 }  // namespace
 
@@ -68,16 +74,30 @@ cudaError_t LaunchGemm(int cluster, bool a_mn_major, bool b_mn_major,
                        const CUtensorMap& b_map, const CUtensorMap& c_map,
                        const GemmParams& params, int blocks,
                        cudaStream_t stream) {
+  KernelFn kernel = nullptr;
   switch (cluster) {
     case 1:
-      return LaunchOutput<1>(a_mn_major, b_mn_major, fp32_out, a_map, b_map,
-                             c_map, params, blocks, stream);
+      kernel = Instance<Cooperative1>(a_mn_major, b_mn_major, fp32_out);
+      break;
     case 2:
-      return LaunchOutput<2>(a_mn_major, b_mn_major, fp32_out, a_map, b_map,
-                             c_map, params, blocks, stream);
+      kernel = Instance<Cooperative2>(a_mn_major, b_mn_major, fp32_out);
+      break;
     default:
       return cudaErrorInvalidValue;
   }
+  return Launch(kernel, cluster, kSharedBytes, a_map, b_map, c_map, params,
+                blocks, stream);
+}
+
+cudaError_t LaunchPingPongGemm(bool a_mn_major, bool b_mn_major, bool fp32_out,
+                               const CUtensorMap& a_map,
+                               const CUtensorMap& b_map,
+                               const CUtensorMap& c_map,
+                               const GemmParams& params, int blocks,
+                               cudaStream_t stream) {
+  return Launch(Instance<PingPong>(a_mn_major, b_mn_major, fp32_out), 1,
+                pingpong::kSharedBytes, a_map, b_map, c_map, params, blocks,
+                stream);
 }
 
 }  // namespace matmul::hopper::internal

@@ -74,12 +74,14 @@ absl::StatusOr<Plan> PlanFor(const GemmProblem& p, const Config& c,
     return CudaError(e, "cudaDeviceGetAttribute(MultiProcessorCount)");
   }
   const int64_t tiles =
-      CeilDiv(p.m, kBlockM * c.cluster) * CeilDiv(p.n, kBlockN);
+      CeilDiv(p.m, c.BlockM() * c.cluster) * CeilDiv(p.n, c.BlockN());
   const int most = std::max(1, sms / c.cluster);
   const int fewest = static_cast<int>(std::min<int64_t>(most, tiles));
   Plan plan;
-  plan.schedule = Schedule(static_cast<int>(tiles), most,
-                           static_cast<int>(CeilDiv(p.k, kBlockK)), true);
+  // The ping-pong kernel splits nothing.
+  plan.schedule =
+      Schedule(static_cast<int>(tiles), most,
+               static_cast<int>(CeilDiv(p.k, kBlockK)), !c.pingpong);
   plan.unsplit_blocks = fewest * c.cluster;
   plan.blocks =
       plan.schedule.parts > 1 ? most * c.cluster : plan.unsplit_blocks;
@@ -92,24 +94,38 @@ absl::StatusOr<Plan> PlanFor(const GemmProblem& p, const Config& c,
 
 }  // namespace
 
+int Config::BlockM() const {
+  return pingpong ? internal::pingpong::kBlockM : kBlockM;
+}
+
+int Config::BlockN() const {
+  return pingpong ? internal::pingpong::kBlockN : kBlockN;
+}
+
 std::string Config::Name() const {
-  std::string name = absl::StrCat("wgmma_", kBlockM, "x", kBlockN, "x", kBlockK,
-                                  "_s", internal::kStages);
+  std::string name =
+      absl::StrCat("wgmma_", BlockM(), "x", BlockN(), "x", kBlockK, "_s",
+                   pingpong ? internal::pingpong::kStages : internal::kStages);
   if (cluster > 1) absl::StrAppend(&name, "_c", cluster);
+  if (pingpong) absl::StrAppend(&name, "_pp");
   return name;
 }
 
-int Config::SharedBytes() { return internal::kSharedBytes; }
+int Config::SharedBytes() const {
+  return pingpong ? internal::pingpong::kSharedBytes : internal::kSharedBytes;
+}
 
 const std::vector<Config>& AllConfigs() {
-  static const std::vector<Config> configs = {{1}, {2}};
+  static const std::vector<Config> configs = {
+      {1, false}, {2, false}, {1, true}};
   return configs;
 }
 
 absl::Status CanImplement(const GemmProblem& p, const Config& c, int device) {
-  if (c.cluster != 1 && c.cluster != 2) {
+  if ((c.cluster != 1 && c.cluster != 2) || (c.pingpong && c.cluster != 1)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("no Hopper config with clusters of ", c.cluster));
+        absl::StrCat("no Hopper config with clusters of ", c.cluster,
+                     c.pingpong ? " (ping-pong)" : ""));
   }
   if (p.m < 1 || p.n < 1 || p.k < 1 || p.batch < 1) {
     return absl::InvalidArgumentError(
@@ -211,12 +227,12 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
   absl::Status encoded =
       a_mn_major
           ? tma::EncodeOperandMap(&a_map, p.a.data, p.m, p.k, lda, kBlockK)
-          : tma::EncodeOperandMap(&a_map, p.a.data, p.k, p.m, lda, kBlockM);
+          : tma::EncodeOperandMap(&a_map, p.a.data, p.k, p.m, lda, c.BlockM());
   if (!encoded.ok()) return encoded;
   encoded = b_mn_major ? tma::EncodeOperandMap(&b_map, p.b.data, p.n, p.k, ldb,
                                                kBlockK)
                        : tma::EncodeOperandMap(&b_map, p.b.data, p.k, p.n, ldb,
-                                               kBlockN / c.cluster);
+                                               c.BlockN() / c.cluster);
   if (!encoded.ok()) return encoded;
   encoded = tma::EncodeMatrixMap(&c_map, p.c_dtype, p.c.data, p.n, p.m,
                                  MapPitch(ldc, p.m, p.c_dtype), 64);
@@ -240,9 +256,14 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
       return CudaError(e, "cudaMemsetAsync(arrivals)");
     }
   }
-  if (cudaError_t e = internal::LaunchGemm(
-          c.cluster, a_mn_major, b_mn_major, p.c_dtype == DType::kFP32, a_map,
-          b_map, c_map, params, blocks, stream);
+  const bool fp32_out = p.c_dtype == DType::kFP32;
+  if (cudaError_t e =
+          c.pingpong ? internal::LaunchPingPongGemm(
+                           a_mn_major, b_mn_major, fp32_out, a_map, b_map,
+                           c_map, params, blocks, stream)
+                     : internal::LaunchGemm(c.cluster, a_mn_major, b_mn_major,
+                                            fp32_out, a_map, b_map, c_map,
+                                            params, blocks, stream);
       e != cudaSuccess) {
     return CudaError(e, "launching the Hopper kernel");
   }

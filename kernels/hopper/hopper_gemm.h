@@ -3,7 +3,9 @@
 // mbarrier-guarded ring of stages, a producer and two consumer warpgroups, a
 // persistent grid in grouped tile order whose last round is split along K, TMA
 // stores that overlap the next tile, and optionally 2-block clusters sharing B
-// by TMA multicast (internal/gemm_kernel.cuh).
+// by TMA multicast (internal/gemm_kernel.cuh); or the ping-pong form, whose
+// consumers take tiles of their own and turns at the tensor cores
+// (internal/pingpong_kernel.cuh).
 //
 // Device API in the CUTLASS manner: CanImplement -> WorkspaceBytes -> Run;
 // a config (Config) is a compiled kernel, the caller (the selector) picks
@@ -34,13 +36,22 @@
 namespace matmul::hopper {
 
 struct Config {
-  // Blocks per cluster: 1, or 2 sharing B by TMA multicast.
+  // Blocks per cluster: 1, or 2 sharing B by TMA multicast (the cooperative
+  // kernel only).
   int cluster = 1;
+  // The ping-pong kernel (internal/pingpong_kernel.cuh): a tile a consumer
+  // warpgroup, the two taking turns; otherwise the cooperative one
+  // (internal/gemm_kernel.cuh), both consumers on one tile.
+  bool pingpong = false;
 
-  // "wgmma_128x256x64_s4", "wgmma_128x256x64_s4_c2".
+  // "wgmma_128x256x64_s4", "wgmma_128x256x64_s4_c2",
+  // "wgmma_128x128x64_s6_pp".
   std::string Name() const;
+  // A tile's rows and columns.
+  int BlockM() const;
+  int BlockN() const;
   // Dynamic shared memory per block.
-  static int SharedBytes();
+  int SharedBytes() const;
 };
 
 // Every compiled config, in a stable order.

@@ -104,9 +104,10 @@ TEST(HopperCanImplementTest, SingleRowsNeedNoAlignedPitch) {
 }
 
 TEST(HopperCanImplementTest, NamesAreStable) {
-  ASSERT_EQ(AllConfigs().size(), 2u);
+  ASSERT_EQ(AllConfigs().size(), 3u);
   EXPECT_EQ(AllConfigs()[0].Name(), "wgmma_128x256x64_s4");
   EXPECT_EQ(AllConfigs()[1].Name(), "wgmma_128x256x64_s4_c2");
+  EXPECT_EQ(AllConfigs()[2].Name(), "wgmma_128x128x64_s6_pp");
 }
 
 struct CudaFree {
@@ -359,8 +360,10 @@ INSTANTIATE_TEST_SUITE_P(
     Configs, HopperGemmTest,
     ::testing::Range(0, static_cast<int>(AllConfigs().size())),
     [](const ::testing::TestParamInfo<int>& info) {
-      return AllConfigs()[info.param].cluster == 1 ? std::string("Plain")
-                                                   : std::string("Cluster2");
+      const Config& config = AllConfigs()[info.param];
+      if (config.pingpong) return std::string("PingPong");
+      return config.cluster == 1 ? std::string("Plain")
+                                 : std::string("Cluster2");
     });
 
 }  // namespace

@@ -31,150 +31,17 @@
 #define MATMUL_KERNELS_HOPPER_INTERNAL_GEMM_KERNEL_CUH_
 
 #include <cuda.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/hopper/internal/params.h"
 #include "kernels/hopper/internal/ptx.cuh"
 #include "kernels/hopper/internal/schedule.h"
+#include "kernels/hopper/internal/tile_io.cuh"
 #include "kernels/hopper/internal/tile_shape.h"
 
 namespace matmul::hopper::internal {
-
-// Tile `tile` of a tiles_m x tiles_n grid of block_m x kBlockN tiles, in
-// grouped order.
-__device__ __forceinline__ void TileOrigin(int tile, int tiles_m, int tiles_n,
-                                           int block_m, int* tile_m,
-                                           int* tile_n) {
-  const int per_group = kGroupM * tiles_n;
-  const int group = tile / per_group;
-  const int first_m = group * kGroupM;
-  const int rows = min(kGroupM, tiles_m - first_m);
-  const int in_group = tile % per_group;
-  *tile_m = (first_m + in_group % rows) * block_m;
-  *tile_n = (in_group / rows) * kBlockN;
-}
-
-// What the epilogue scales by, and (beta != 0) where it reads C first:
-// one barrier a consumer, and how many chunks it has read through it.
-struct Epilogue {
-  float alpha, beta;
-  uint64_t* c_loaded;
-  int c_loads;
-};
-
-// Writes rows [64 * consumer, +64) of the tile at (tile_m, tile_n) as
-// alpha * acc (+ beta * C), in BF16 or (kFp32) FP32, through shared memory:
-// each chunk of one 128-byte row by 64 rows (64 BF16 or 32 FP32 columns)
-// goes into a 128-byte swizzled buffer (conflict-free for the accumulator
-// layout) and out with one TMA store, which runs on while the consumer goes
-// on. A chunk reuses the buffer of the store two earlier once that is read
-// out; with beta, C's chunk is first loaded by TMA into that buffer.
-template <bool kFp32>
-__device__ __forceinline__ void StoreTile(const float (&acc)[128], Epilogue& e,
-                                          const CUtensorMap* c_map,
-                                          unsigned char* out, int consumer,
-                                          int tile_m, int tile_n) {
-  using Pair = std::conditional_t<kFp32, float2, __nv_bfloat162>;
-  constexpr int kCols = 128 / sizeof(Pair) * 2;  // columns a chunk
-  const int thread = threadIdx.x % 128;
-  const bool issues = thread == 0;
-  const int lane = thread % 32;
-  const int warp = thread / 32;
-  const bool reads_c = e.beta != 0.0f;
-#pragma unroll
-  for (int chunk = 0; chunk < kBlockN / kCols; ++chunk) {
-    unsigned char* buffer =
-        out + (consumer * kOutBuffers + chunk % kOutBuffers) * kChunkBytes;
-    const int c0 = tile_n + chunk * kCols, c1 = tile_m + consumer * 64;
-    if (issues) TmaStoreWaitRead<kOutBuffers - 1>();
-    NamedBarrierSync(1 + consumer, 128);
-    if (reads_c) {
-      if (issues) {
-        BarrierExpectTx(e.c_loaded, kChunkBytes);
-        TmaLoad2d(buffer, c_map, e.c_loaded, c0, c1);
-      }
-      BarrierWait(e.c_loaded, e.c_loads & 1);
-      ++e.c_loads;
-    }
-    // Accumulator layout of m64nN: warp w holds rows 16w..16w+15; lane l
-    // rows l/4 and l/4+8, columns 2(l%4)+8j and the next.
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) {
-      const int jj = chunk * (kCols / 8) + j;
-      const int column_bytes = (8 * j + 2 * (lane % 4)) * sizeof(Pair) / 2;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = warp * 16 + lane / 4 + 8 * half;
-        const int offset = row * 128 +
-                           (((column_bytes / 16) ^ (row % 8)) * 16) +
-                           column_bytes % 16;
-        Pair* at = reinterpret_cast<Pair*>(buffer + offset);
-        float x = e.alpha * acc[4 * jj + 2 * half];
-        float y = e.alpha * acc[4 * jj + 2 * half + 1];
-        if constexpr (kFp32) {
-          if (reads_c) {
-            x += e.beta * at->x;
-            y += e.beta * at->y;
-          }
-          *at = make_float2(x, y);
-        } else {
-          if (reads_c) {
-            const float2 old = __bfloat1622float2(*at);
-            x += e.beta * old.x;
-            y += e.beta * old.y;
-          }
-          *at = __floats2bfloat162_rn(x, y);
-        }
-      }
-    }
-    FenceSharedForTma();
-    NamedBarrierSync(1 + consumer, 128);
-    if (issues) TmaStore2d(c_map, buffer, c0, c1);
-  }
-}
-
-// Loads the k-step at column `k0` of A's rows [tile_m, +kBlockM) and B's
-// columns [tile_n, +kBlockN) into `stage`, completing bytes on `full`. A
-// K-major operand comes as one box of its rows (B: a 1/kCluster share of
-// them, multicast to the cluster); an MN-major one as boxes of 64 K-rows by
-// 64 M (N) columns, 8 KiB apart (B: a 1/kCluster share of the boxes).
-template <int kCluster, bool kAMnMajor, bool kBMnMajor>
-__device__ __forceinline__ void LoadStage(unsigned char* stage,
-                                          const CUtensorMap* a_map,
-                                          const CUtensorMap* b_map,
-                                          uint64_t* full, int k0, int tile_m,
-                                          int tile_n, int rank) {
-  constexpr int kBoxBytes = 64 * kBlockK * 2;
-  if (kAMnMajor) {
-    for (int q = 0; q < kBlockM / 64; ++q) {
-      TmaLoad2d(stage + q * kBoxBytes, a_map, full, tile_m + 64 * q, k0);
-    }
-  } else {
-    TmaLoad2d(stage, a_map, full, k0, tile_m);
-  }
-  unsigned char* b = stage + kATileBytes;
-  if (kBMnMajor) {
-    constexpr int kBoxes = kBlockN / 64 / kCluster;
-    for (int q = rank * kBoxes; q < (rank + 1) * kBoxes; ++q) {
-      if (kCluster == 1) {
-        TmaLoad2d(b + q * kBoxBytes, b_map, full, tile_n + 64 * q, k0);
-      } else {
-        TmaLoad2dMulticast(b + q * kBoxBytes, b_map, full, tile_n + 64 * q, k0,
-                           (1 << kCluster) - 1);
-      }
-    }
-  } else if (kCluster == 1) {
-    TmaLoad2d(b, b_map, full, k0, tile_n);
-  } else {
-    constexpr int kPartRows = kBlockN / kCluster;
-    TmaLoad2dMulticast(b + rank * kPartRows * kBlockK * 2, b_map, full, k0,
-                       tile_n + rank * kPartRows, (1 << kCluster) - 1);
-  }
-}
 
 template <int kCluster, bool kAMnMajor, bool kBMnMajor, bool kFp32Out>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -223,8 +90,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int u = cluster; u < schedule.units; u += clusters) {
         const Unit unit = UnitOf(schedule, u, k_steps);
         int tile_m, tile_n;
-        TileOrigin(unit.tile, tiles_m, tiles_n, kBlockM * kCluster, &tile_m,
-                   &tile_n);
+        TileOrigin(unit.tile, tiles_m, tiles_n, kBlockM * kCluster, kBlockN,
+                   &tile_m, &tile_n);
         tile_m += rank * kBlockM;
         for (int t = unit.k_begin; t < unit.k_end; ++t, ++step) {
           const int s = step % kStages;
@@ -232,7 +99,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             BarrierWait(&empty[s], ((step / kStages) - 1) & 1);
           }
           BarrierExpectTx(&full[s], kStageBytes);
-          LoadStage<kCluster, kAMnMajor, kBMnMajor>(
+          LoadStage<kBlockM, kBlockN, kCluster, kAMnMajor, kBMnMajor>(
               shared + s * kStageBytes, &a_map, &b_map, &full[s], t * kBlockK,
               tile_m, tile_n, rank);
         }
@@ -259,8 +126,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const Unit unit = UnitOf(schedule, u, k_steps);
       const int unit_steps = unit.k_end - unit.k_begin;
       int tile_m, tile_n;
-      TileOrigin(unit.tile, tiles_m, tiles_n, kBlockM * kCluster, &tile_m,
-                 &tile_n);
+      TileOrigin(unit.tile, tiles_m, tiles_n, kBlockM * kCluster, kBlockN,
+                 &tile_m, &tile_n);
       tile_m += rank * kBlockM;
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -328,8 +195,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int i = 0; i < 128; ++i) acc[i] += __ldcg(sums + i * 256 + j);
         }
       }
-      StoreTile<kFp32Out>(acc, epilogue, &c_map, shared + kStages * kStageBytes,
-                          consumer, tile_m, tile_n);
+      StoreRows<kBlockN, kFp32Out>(
+          acc, epilogue, &c_map,
+          shared + kStages * kStageBytes + consumer * kOutBuffers * kChunkBytes,
+          1 + consumer, tile_m + 64 * consumer, tile_n);
     }
     // Shared memory stays until the stores have read it.
     if (threadIdx.x % 128 == 0) TmaStoreWaitAll();

@@ -1,4 +1,4 @@
-// The host's way into the sm_90a kernel (compiled for that architecture
+// The host's way into the sm_90a kernels (compiled for that architecture
 // alone, in gemm_launch.cu).
 #ifndef MATMUL_KERNELS_HOPPER_INTERNAL_LAUNCH_H_
 #define MATMUL_KERNELS_HOPPER_INTERNAL_LAUNCH_H_
@@ -19,6 +19,16 @@ cudaError_t LaunchGemm(int cluster, bool a_mn_major, bool b_mn_major,
                        const CUtensorMap& b_map, const CUtensorMap& c_map,
                        const GemmParams& params, int blocks,
                        cudaStream_t stream);
+
+// Queues PingPongGemm<a_mn_major, b_mn_major, fp32_out> on `stream` with
+// `blocks` blocks. The maps' boxes as above with pingpong::kBlockM and
+// pingpong::kBlockN rows (no clusters).
+cudaError_t LaunchPingPongGemm(bool a_mn_major, bool b_mn_major, bool fp32_out,
+                               const CUtensorMap& a_map,
+                               const CUtensorMap& b_map,
+                               const CUtensorMap& c_map,
+                               const GemmParams& params, int blocks,
+                               cudaStream_t stream);
 
 }  // namespace matmul::hopper::internal
 

@@ -11,6 +11,7 @@
 
 namespace matmul::hopper::internal {
 
+#include "kernels/hopper/internal/wgmma_m64n128k16.inc"
 #include "kernels/hopper/internal/wgmma_m64n256k16.inc"
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {

@@ -1,5 +1,6 @@
-// The Hopper kernel's fixed shape (gemm_kernel.cuh), for the host code
-// too: tile, pipeline, threads and the shared memory they take.
+// The Hopper kernels' fixed shapes (gemm_kernel.cuh, pingpong_kernel.cuh),
+// for the host code too: tile, pipeline, threads and the shared memory
+// they take.
 #ifndef MATMUL_KERNELS_HOPPER_INTERNAL_TILE_SHAPE_H_
 #define MATMUL_KERNELS_HOPPER_INTERNAL_TILE_SHAPE_H_
 
@@ -32,6 +33,19 @@ inline constexpr int kSharedBytes =
 
 // A split tile's parts are at least this many k-steps long.
 inline constexpr int kMinPartKSteps = 4;
+
+// The ping-pong kernel (pingpong_kernel.cuh): each consumer warpgroup
+// takes tiles of its own, so a stage holds one warpgroup's k-step; the same
+// threads, register split, epilogue buffers and shared memory as above.
+namespace pingpong {
+inline constexpr int kBlockM = 128;
+inline constexpr int kBlockN = 128;
+inline constexpr int kStages = 6;
+inline constexpr int kStageBytes = (kBlockM + kBlockN) * kBlockK * 2;
+inline constexpr int kSharedBytes =
+    kStages * kStageBytes + 2 * kOutBuffers * kChunkBytes + 1024;
+static_assert(kSharedBytes <= internal::kSharedBytes);
+}  // namespace pingpong
 
 }  // namespace matmul::hopper::internal
 

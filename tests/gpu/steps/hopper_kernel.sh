@@ -5,7 +5,7 @@
 # The Hopper kernel family (kernels/hopper): that the backend holds sm_90a
 # wgmma code (HGMMA in its SASS), its GPU tests, matmul-bench on every
 # shape in both layouts (each family's best re-timed interleaved with
-# cuBLASLt and the pick), and the seed shapes' sustained figures (both
+# cuBLASLt and the pick), and the seed shapes' sustained figures (every
 # configs and cuBLASLt back to back, at the GPU's power cap). With
 # HOPPER_NCU=1, ncu's view (speed of light, warp states) of the kernel and
 # cuBLASLt's on 5120x11008x2048 NT as well.
@@ -32,7 +32,7 @@ fi
 bundle/hopper_gemm_test
 bundle/matmul-bench --layouts=NN,NT --repeat="${BENCH_REPEAT:-3}" \
   --json="$OUT/hopper_bench.json" | tee "$OUT/hopper_bench.txt"
-configs=wgmma_128x256x64_s4,wgmma_128x256x64_s4_c2,cublaslt
+configs=wgmma_128x256x64_s4,wgmma_128x256x64_s4_c2,wgmma_128x128x64_s6_pp,cublaslt
 if [ "${SUSTAINED_S:-1}" != 0 ]; then
   bundle/matmul-bench --layouts=NN,NT \
     --shapes=5120x11008x2048,5120x2048x11008,5120x2048x2048,5120x512x2048 \
