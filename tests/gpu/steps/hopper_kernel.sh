@@ -6,7 +6,7 @@
 # wgmma code (HGMMA in its SASS), its GPU tests, matmul-bench on every
 # shape in both layouts (each family's best re-timed interleaved with
 # cuBLASLt and the pick), and the seed shapes' sustained figures (every
-# configs and cuBLASLt back to back, at the GPU's power cap). With
+# config and cuBLASLt back to back, at the GPU's power cap). With
 # HOPPER_NCU=1, ncu's view (speed of light, warp states) of the kernel and
 # cuBLASLt's on 5120x11008x2048 NT as well.
 # Output: stdout, $OUT/hopper_bench.{txt,json}, $OUT/hopper_sustained.{txt,json}
