@@ -138,14 +138,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         // Either way this consumer's 64 rows of A start 8 KiB in.
         const unsigned char* a = stage + consumer * 64 * kBlockK * 2;
         const unsigned char* b = stage + kATileBytes;
-        const uint64_t desc_a =
-            kAMnMajor ? MnMajorDescriptor(a, 64 * 128) : KMajorDescriptor(a);
-        const uint64_t desc_b =
-            kBMnMajor ? MnMajorDescriptor(b, 64 * 128) : KMajorDescriptor(b);
-        // 16 K further on: 32 bytes along a K-major row, 16 rows of 128
-        // bytes down an MN-major tile (in the descriptor's 16-byte units).
-        constexpr int kStepA = kAMnMajor ? 16 * 128 / 16 : 32 / 16;
-        constexpr int kStepB = kBMnMajor ? 16 * 128 / 16 : 32 / 16;
+        const uint64_t desc_a = OperandDescriptor<kAMnMajor>(a);
+        const uint64_t desc_b = OperandDescriptor<kBMnMajor>(b);
+        constexpr int kStepA = kDescriptorK16<kAMnMajor>;
+        constexpr int kStepB = kDescriptorK16<kBMnMajor>;
         WgmmaFence();
 #pragma unroll
         for (int kk = 0; kk < kBlockK / 16; ++kk) {

@@ -114,17 +114,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         const unsigned char* stage = shared + s * kStep;
         const unsigned char* b = stage + kBM * kBlockK * 2;
         // Either way rows 64-127 of A start 8 KiB in.
-        const uint64_t desc_a0 = kAMnMajor ? MnMajorDescriptor(stage, 64 * 128)
-                                           : KMajorDescriptor(stage);
-        const uint64_t desc_a1 =
-            kAMnMajor ? MnMajorDescriptor(stage + 64 * 128, 64 * 128)
-                      : KMajorDescriptor(stage + 64 * 128);
-        const uint64_t desc_b =
-            kBMnMajor ? MnMajorDescriptor(b, 64 * 128) : KMajorDescriptor(b);
-        // 16 K further on: 32 bytes along a K-major row, 16 rows of 128
-        // bytes down an MN-major tile (in the descriptor's 16-byte units).
-        constexpr int kStepA = kAMnMajor ? 16 * 128 / 16 : 32 / 16;
-        constexpr int kStepB = kBMnMajor ? 16 * 128 / 16 : 32 / 16;
+        const uint64_t desc_a0 = OperandDescriptor<kAMnMajor>(stage);
+        const uint64_t desc_a1 = OperandDescriptor<kAMnMajor>(stage + 64 * 128);
+        const uint64_t desc_b = OperandDescriptor<kBMnMajor>(b);
+        constexpr int kStepA = kDescriptorK16<kAMnMajor>;
+        constexpr int kStepB = kDescriptorK16<kBMnMajor>;
         WgmmaFence();
 #pragma unroll
         for (int kk = 0; kk < kBlockK / 16; ++kk) {

@@ -30,6 +30,20 @@ __device__ __forceinline__ void TileOrigin(int tile, int tiles_m, int tiles_n,
   *tile_n = (in_group / rows) * block_n;
 }
 
+// The wgmma descriptor of a 64-row (M or N) slice of an operand in a
+// stage: K-major rows of 128 bytes, or MN-major 64x64 boxes 8 KiB apart.
+template <bool kMnMajor>
+__device__ __forceinline__ uint64_t OperandDescriptor(const void* slice) {
+  return kMnMajor ? MnMajorDescriptor(slice, 64 * 128)
+                  : KMajorDescriptor(slice);
+}
+
+// What an operand's descriptor advances by for 16 K further on: 32 bytes
+// along a K-major row, 16 rows of 128 bytes down an MN-major tile (in the
+// descriptor's 16-byte units).
+template <bool kMnMajor>
+inline constexpr int kDescriptorK16 = kMnMajor ? 16 * 128 / 16 : 32 / 16;
+
 // What the epilogue scales by, and (beta != 0) where it reads C first:
 // one barrier a consumer, and how many chunks it has read through it.
 struct Epilogue {
