@@ -44,6 +44,19 @@ absl::Status CheckTmaOperand(const char* name, const void* data, int64_t ld,
   return absl::OkStatus();
 }
 
+// A batch's matrices must lie whole 16-byte pieces apart for the copy
+// engine (or 0 apart: one matrix for the whole batch).
+absl::Status CheckBatchStride(const char* name, int64_t stride, DType dtype) {
+  if (stride < 0 || stride * static_cast<int64_t>(DTypeSize(dtype)) % 16 != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name,
+        ": the Hopper kernel needs a batch's matrices a multiple of 16 "
+        "bytes apart (or 0: one for all); got a batch stride of ",
+        stride, " ", DTypeName(dtype), " elements"));
+  }
+  return absl::OkStatus();
+}
+
 // The row pitch the tensor map of a matrix stored as `stored_rows` rows of
 // pitch `ld` gets. A single row's pitch is never stepped over, so its
 // length rounded up to the copy engine's 16 bytes does as well as any.
@@ -74,7 +87,7 @@ absl::StatusOr<Plan> PlanFor(const GemmProblem& p, const Config& c,
     return CudaError(e, "cudaDeviceGetAttribute(MultiProcessorCount)");
   }
   const int64_t tiles =
-      CeilDiv(p.m, c.BlockM() * c.cluster) * CeilDiv(p.n, c.BlockN());
+      CeilDiv(p.m, c.BlockM() * c.cluster) * CeilDiv(p.n, c.BlockN()) * p.batch;
   const int most = std::max(1, sms / c.cluster);
   const int fewest = static_cast<int>(std::min<int64_t>(most, tiles));
   Plan plan;
@@ -139,10 +152,35 @@ absl::Status CanImplement(const GemmProblem& p, const Config& c, int device) {
     return absl::FailedPreconditionError(
         absl::StrCat("m, n and k must be < 2^31; got ", ShapeName(p)));
   }
-  if (p.batch != 1 || p.a.pointers != nullptr || p.b.pointers != nullptr ||
+  if (p.a.pointers != nullptr || p.b.pointers != nullptr ||
       p.c.pointers != nullptr) {
     return absl::FailedPreconditionError(
-        "the Hopper kernel runs single products (batch 1, no pointer arrays)");
+        "the Hopper kernel runs single products and strided batches, not "
+        "pointer arrays");
+  }
+  if (p.batch > 1) {
+    if (auto s = CheckBatchStride("A", p.a.strides.batch, DType::kBF16);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = CheckBatchStride("B", p.b.strides.batch, DType::kBF16);
+        !s.ok()) {
+      return s;
+    }
+    if (auto s = CheckBatchStride("C", p.c.strides.batch, p.c_dtype); !s.ok()) {
+      return s;
+    }
+    if (p.c.strides.batch == 0) {
+      return absl::InvalidArgumentError(
+          "a batch's products cannot all write one C (batch stride 0)");
+    }
+    // The kernel numbers the tiles of the whole batch in an int; its
+    // smallest tiles are 128 x 128.
+    if (CeilDiv(p.m, 128) * CeilDiv(p.n, 128) * p.batch > INT_MAX) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the Hopper kernel numbers a batch's tiles in 31 bits; ",
+                       ShapeName(p), " x ", p.batch, " has more"));
+    }
   }
   const MatrixLayout a = ClassifyLayout(p.a.strides, p.m, p.k);
   const MatrixLayout b = ClassifyLayout(p.b.strides, p.k, p.n);
@@ -223,24 +261,39 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
   const bool b_mn_major = b.order == MatrixOrder::kRowMajor;  // stored [k, n]
   const int64_t lda = MapPitch(a.ld, a_mn_major ? p.k : p.m, DType::kBF16);
   const int64_t ldb = MapPitch(b.ld, b_mn_major ? p.k : p.n, DType::kBF16);
+  // Rank 3 maps (column, row, matrix of the batch); an operand broadcast
+  // over the batch (batch stride 0) is a batch of one, always matrix 0.
+  auto matrices = [&](int64_t stride) { return stride != 0 ? p.batch : 1; };
+  const int64_t a_batch = matrices(p.a.strides.batch);
+  const int64_t b_batch = matrices(p.b.strides.batch);
   CUtensorMap a_map, b_map, c_map;
   absl::Status encoded =
-      a_mn_major
-          ? tma::EncodeOperandMap(&a_map, p.a.data, p.m, p.k, lda, kBlockK)
-          : tma::EncodeOperandMap(&a_map, p.a.data, p.k, p.m, lda, c.BlockM());
+      a_mn_major ? tma::EncodeBatchedMatrixMap(&a_map, DType::kBF16, p.a.data,
+                                               p.m, p.k, lda, a_batch,
+                                               p.a.strides.batch, kBlockK)
+                 : tma::EncodeBatchedMatrixMap(&a_map, DType::kBF16, p.a.data,
+                                               p.k, p.m, lda, a_batch,
+                                               p.a.strides.batch, c.BlockM());
   if (!encoded.ok()) return encoded;
-  encoded = b_mn_major ? tma::EncodeOperandMap(&b_map, p.b.data, p.n, p.k, ldb,
-                                               kBlockK)
-                       : tma::EncodeOperandMap(&b_map, p.b.data, p.k, p.n, ldb,
-                                               c.BlockN() / c.cluster);
+  encoded = b_mn_major
+                ? tma::EncodeBatchedMatrixMap(&b_map, DType::kBF16, p.b.data,
+                                              p.n, p.k, ldb, b_batch,
+                                              p.b.strides.batch, kBlockK)
+                : tma::EncodeBatchedMatrixMap(
+                      &b_map, DType::kBF16, p.b.data, p.k, p.n, ldb, b_batch,
+                      p.b.strides.batch, c.BlockN() / c.cluster);
   if (!encoded.ok()) return encoded;
-  encoded = tma::EncodeMatrixMap(&c_map, p.c_dtype, p.c.data, p.n, p.m,
-                                 MapPitch(ldc, p.m, p.c_dtype), 64);
+  encoded = tma::EncodeBatchedMatrixMap(&c_map, p.c_dtype, p.c.data, p.n, p.m,
+                                        MapPitch(ldc, p.m, p.c_dtype), p.batch,
+                                        p.c.strides.batch, 64);
   if (!encoded.ok()) return encoded;
   internal::GemmParams params;
   params.m = static_cast<int>(p.m);
   params.n = static_cast<int>(p.n);
   params.k = static_cast<int>(p.k);
+  params.batch = static_cast<int>(p.batch);
+  params.a_batch_step = a_batch > 1 ? 1 : 0;
+  params.b_batch_step = b_batch > 1 ? 1 : 0;
   params.alpha = p.alpha;
   params.beta = p.beta;
   const size_t needed = plan->partial_bytes + plan->arrival_bytes;

@@ -19,7 +19,9 @@
 //     BF16 or FP32, row-major;
 //   - rows a multiple of 16 bytes apart and 16-byte aligned bases (the
 //     copy engine's rule); any m, n, k >= 1 below 2^31;
-//   - batch 1 without pointer arrays; any alpha and beta;
+//   - single products and strided batches (batch strides whole 16-byte
+//     pieces; A's or B's may be 0, one matrix for the whole batch), no
+//     pointer arrays; any alpha and beta;
 //   - a device of compute capability 9.0 whose driver encodes tensor maps.
 #ifndef MATMUL_KERNELS_HOPPER_HOPPER_GEMM_H_
 #define MATMUL_KERNELS_HOPPER_HOPPER_GEMM_H_

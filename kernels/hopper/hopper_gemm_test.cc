@@ -76,7 +76,15 @@ TEST(HopperCanImplementTest, RejectsWhatTheKernelDoesNotTake) {
   EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
   p = FakeNt(64, 64, 64);
   p.batch = 2;
+  p.a.strides.batch = p.b.strides.batch = p.c.strides.batch = 64 * 64;
+  const void* const entries[2] = {p.a.data, p.a.data};
+  p.a.pointers = entries;  // pointer arrays
   EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
+  p.a.pointers = nullptr;
+  p.c.strides.batch = 64 * 64 + 4;  // C's matrices 8 bytes off 16
+  EXPECT_EQ(code(p), absl::StatusCode::kFailedPrecondition);
+  p.c.strides.batch = 0;  // every product writing one C
+  EXPECT_EQ(code(p), absl::StatusCode::kInvalidArgument);
   p = FakeNt(64, 64, 64);
   p.c_dtype = DType::kFP32;
   p.c.strides = {0, 66, 1};  // FP32 rows 264 bytes apart
@@ -133,31 +141,51 @@ struct Case {
   float alpha = 1.0f;
   float beta = 0.0f;
   DType c_dtype = DType::kBF16;
+  // A strided batch: matrices 8 elements (16 or 32 bytes) apart beyond
+  // their size; with shared_b one B for all.
+  int64_t batch = 1;
+  bool shared_b = false;
 
   int64_t a_rows() const { return la == 'N' ? m : k; }
   int64_t b_rows() const { return lb == 'T' ? n : k; }
+  int64_t a_stride() const { return batch > 1 ? a_rows() * lda() + 8 : 0; }
+  int64_t b_stride() const {
+    return batch > 1 && !shared_b ? b_rows() * ldb() + 8 : 0;
+  }
+  int64_t c_stride() const { return batch > 1 ? m * ldc() + 8 : 0; }
+  // Elements each buffer holds.
+  int64_t a_size() const {
+    return batch > 1 ? batch * a_stride() : a_rows() * lda();
+  }
+  int64_t b_size() const {
+    return b_stride() > 0 ? batch * b_stride() : b_rows() * ldb();
+  }
+  int64_t c_size() const { return batch > 1 ? batch * c_stride() : m * ldc(); }
   int64_t lda() const { return RoundUp8(la == 'N' ? k : m) + pad_a; }
   int64_t ldb() const { return RoundUp8(lb == 'T' ? k : n) + pad_b; }
   int64_t ldc() const { return RoundUp8(n) + pad_c; }
   std::string Describe() const {
-    return absl::StrCat(m, "x", n, "x", k, " ", std::string{la, lb},
-                        " lda=", lda(), " ldb=", ldb(), " ldc=", ldc(),
-                        " alpha=", alpha, " beta=", beta, " ",
-                        DTypeName(c_dtype));
+    return absl::StrCat(
+        m, "x", n, "x", k, " ", std::string{la, lb}, " lda=", lda(),
+        " ldb=", ldb(), " ldc=", ldc(), " alpha=", alpha, " beta=", beta, " ",
+        DTypeName(c_dtype), " batch=", batch, shared_b ? " (one B)" : "");
   }
 };
 
 GemmProblem Problem(const Case& c, const void* a, const void* b, void* out) {
   GemmProblem p;
+  p.batch = c.batch;
   p.m = c.m;
   p.n = c.n;
   p.k = c.k;
   p.a.data = a;
-  p.a.strides = c.la == 'N' ? Strides{0, c.lda(), 1} : Strides{0, 1, c.lda()};
+  p.a.strides = c.la == 'N' ? Strides{c.a_stride(), c.lda(), 1}
+                            : Strides{c.a_stride(), 1, c.lda()};
   p.b.data = b;
-  p.b.strides = c.lb == 'N' ? Strides{0, c.ldb(), 1} : Strides{0, 1, c.ldb()};
+  p.b.strides = c.lb == 'N' ? Strides{c.b_stride(), c.ldb(), 1}
+                            : Strides{c.b_stride(), 1, c.ldb()};
   p.c.data = out;
-  p.c.strides = {0, c.ldc(), 1};
+  p.c.strides = {c.c_stride(), c.ldc(), 1};
   p.alpha = c.alpha;
   p.beta = c.beta;
   p.c_dtype = c.c_dtype;
@@ -198,13 +226,13 @@ void RunAndCheck(const Case& c, const Config& config, bool workspace) {
   SCOPED_TRACE(absl::StrCat("seed ", seed));
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
-  std::vector<uint16_t> a(c.a_rows() * c.lda()), b(c.b_rows() * c.ldb());
+  std::vector<uint16_t> a(c.a_size()), b(c.b_size());
   for (auto& x : a) x = FloatToBf16(value(rng));
   for (auto& x : b) x = FloatToBf16(value(rng));
   // C in its type, poisoned; random within the matrix where beta reads it.
   const bool fp32 = c.c_dtype == DType::kFP32;
   const size_t element = DTypeSize(c.c_dtype);
-  std::vector<char> out(c.m * c.ldc() * element);
+  std::vector<char> out(c.c_size() * element);
   auto set = [&](int64_t at, float x, bool poison) {
     if (fp32) {
       const uint32_t bits = poison ? kPoisonFp32 : std::bit_cast<uint32_t>(x);
@@ -218,10 +246,14 @@ void RunAndCheck(const Case& c, const Config& config, bool workspace) {
     return fp32 ? std::memcmp(&out[at * 4], &kPoisonFp32, 4) == 0
                 : std::memcmp(&out[at * 2], &kPoisonBf16, 2) == 0;
   };
-  for (int64_t i = 0; i < c.m; ++i) {
-    for (int64_t j = 0; j < c.ldc(); ++j) {
-      set(i * c.ldc() + j, value(rng), c.beta == 0.0f || j >= c.n);
-    }
+  // Element at of C is row (at % c_stride) / ldc of its matrix, column
+  // at % ldc; past m * ldc lies the gap to the next matrix.
+  auto in_matrix = [&](int64_t at) {
+    const int64_t in = c.batch > 1 ? at % c.c_stride() : at;
+    return in < c.m * c.ldc() && in % c.ldc() < c.n;
+  };
+  for (int64_t at = 0; at < c.c_size(); ++at) {
+    set(at, value(rng), c.beta == 0.0f || !in_matrix(at));
   }
   const std::vector<char> before = out;
 
@@ -253,16 +285,16 @@ void RunAndCheck(const Case& c, const Config& config, bool workspace) {
       cudaMemcpy(out.data(), dc.get(), out.size(), cudaMemcpyDeviceToHost),
       cudaSuccess);
 
-  for (int64_t i = 0; i < c.m; ++i) {
-    for (int64_t j = c.n; j < c.ldc(); ++j) {
-      ASSERT_TRUE(poisoned(i * c.ldc() + j))
-          << "padding written at row " << i << ", column " << j;
-    }
+  for (int64_t at = 0; at < c.c_size(); ++at) {
+    if (in_matrix(at)) continue;
+    ASSERT_TRUE(poisoned(at))
+        << "padding written at element " << at << " (row " << at / c.ldc()
+        << ", column " << at % c.ldc() << " counted through the whole buffer)";
   }
   const GemmProblem result = Problem(c, a.data(), b.data(), out.data());
   const GemmProblem reference =
       Problem(c, a.data(), b.data(), const_cast<char*>(before.data()));
-  if (c.m * c.n * c.k <= 40'000'000) {
+  if (c.batch * c.m * c.n * c.k <= 40'000'000) {
     EXPECT_LT(BandError(result, reference, 0, c.m), 1e-2);
     return;
   }
@@ -347,6 +379,28 @@ TEST_P(HopperGemmTest, Fp32Output) {
   RunAndCheck(c, config(), /*workspace=*/true);
   c.lb = 'N';
   RunAndCheck(c, config(), /*workspace=*/false);
+}
+
+// Strided batches through the third coordinate of the maps: every
+// layout, a shared B, beta, FP32 C, and enough tiles for the split round.
+TEST_P(HopperGemmTest, StridedBatches) {
+  for (const char la : {'N', 'T'}) {
+    for (const char lb : {'N', 'T'}) {
+      Case c{200, 136, 300, la, lb, 8, 0, 8};
+      c.batch = 3;
+      RunAndCheck(c, config(), /*workspace=*/true);
+    }
+  }
+  Case c{257, 264, 129, 'N', 'T', 0, 8, 0, 1.5f, -0.5f};
+  c.batch = 4;
+  c.shared_b = true;
+  RunAndCheck(c, config(), /*workspace=*/true);
+  c.c_dtype = DType::kFP32;
+  RunAndCheck(c, config(), /*workspace=*/false);
+  // 7 x 3 x 4 tiles: several rounds of the grid and a split last one.
+  c = {900, 1000, 1024};
+  c.batch = 4;
+  RunAndCheck(c, config(), /*workspace=*/true);
 }
 
 TEST_P(HopperGemmTest, SeedShapes) {

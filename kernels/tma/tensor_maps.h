@@ -32,6 +32,16 @@ absl::Status EncodeMatrixMap(CUtensorMap* map, DType dtype, const void* base,
                              int64_t cols, int64_t rows, int64_t ld,
                              int box_rows);
 
+// The map of `batch` such matrices, `batch_stride` elements apart, with a
+// third coordinate for the matrix (rank 3; boxes of one matrix). With more
+// than one matrix, `batch_stride` times the element size must be a
+// multiple of 16 bytes. `rank` 2 leaves the third coordinate out (batch 1).
+absl::Status EncodeBatchedMatrixMap(CUtensorMap* map, DType dtype,
+                                    const void* base, int64_t cols,
+                                    int64_t rows, int64_t ld, int64_t batch,
+                                    int64_t batch_stride, int box_rows,
+                                    int rank = 3);
+
 }  // namespace matmul::tma
 
 #endif  // MATMUL_KERNELS_TMA_TENSOR_MAPS_H_

@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       (params.m + kBlockM * kCluster - 1) / (kBlockM * kCluster);
   const int tiles_n = (params.n + kBlockN - 1) / kBlockN;
   const int k_steps = (params.k + kBlockK - 1) / kBlockK;
-  const Schedule schedule(tiles_m * tiles_n, clusters, k_steps,
+  const Schedule schedule(tiles_m * tiles_n * params.batch, clusters, k_steps,
                           params.partials != nullptr);
 
   if (threadIdx.x == 0) {
@@ -89,9 +89,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       int step = 0;  // k-steps loaded so far, across tiles
       for (int u = cluster; u < schedule.units; u += clusters) {
         const Unit unit = UnitOf(schedule, u, k_steps);
-        int tile_m, tile_n;
+        int tile_m, tile_n, z;
         TileOrigin(unit.tile, tiles_m, tiles_n, kBlockM * kCluster, kBlockN,
-                   &tile_m, &tile_n);
+                   &tile_m, &tile_n, &z);
         tile_m += rank * kBlockM;
         for (int t = unit.k_begin; t < unit.k_end; ++t, ++step) {
           const int s = step % kStages;
@@ -101,7 +101,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           BarrierExpectTx(&full[s], kStageBytes);
           LoadStage<kBlockM, kBlockN, kCluster, kAMnMajor, kBMnMajor>(
               shared + s * kStageBytes, &a_map, &b_map, &full[s], t * kBlockK,
-              tile_m, tile_n, rank);
+              tile_m, tile_n, z * params.a_batch_step, z * params.b_batch_step,
+              rank);
         }
       }
     }
@@ -125,9 +126,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int u = cluster; u < schedule.units; u += clusters) {
       const Unit unit = UnitOf(schedule, u, k_steps);
       const int unit_steps = unit.k_end - unit.k_begin;
-      int tile_m, tile_n;
+      int tile_m, tile_n, z;
       TileOrigin(unit.tile, tiles_m, tiles_n, kBlockM * kCluster, kBlockN,
-                 &tile_m, &tile_n);
+                 &tile_m, &tile_n, &z);
       tile_m += rank * kBlockM;
 #pragma unroll
       for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       StoreRows<kBlockN, kFp32Out>(
           acc, epilogue, &c_map,
           shared + kStages * kStageBytes + consumer * kOutBuffers * kChunkBytes,
-          1 + consumer, tile_m + 64 * consumer, tile_n);
+          1 + consumer, tile_m + 64 * consumer, tile_n, z);
     }
     // Shared memory stays until the stores have read it.
     if (threadIdx.x % 128 == 0) TmaStoreWaitAll();

@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warpgroup = threadIdx.x / 128;
   const int tiles_m = (params.m + kBM - 1) / kBM;
   const int tiles_n = (params.n + kBN - 1) / kBN;
-  const int tiles = tiles_m * tiles_n;
+  const int tiles = tiles_m * tiles_n * params.batch;
   const int k_steps = (params.k + kBlockK - 1) / kBlockK;
 
   if (threadIdx.x == 0) {
@@ -72,15 +72,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
       int step = 0;  // k-steps loaded so far, across tiles
       for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        int tile_m, tile_n;
-        TileOrigin(tile, tiles_m, tiles_n, kBM, kBN, &tile_m, &tile_n);
+        int tile_m, tile_n, z;
+        TileOrigin(tile, tiles_m, tiles_n, kBM, kBN, &tile_m, &tile_n, &z);
         for (int t = 0; t < k_steps; ++t, ++step) {
           const int s = step % kRing;
           if (step >= kRing) BarrierWait(&empty[s], ((step / kRing) - 1) & 1);
           BarrierExpectTx(&full[s], kStep);
           LoadStage<kBM, kBN, 1, kAMnMajor, kBMnMajor>(
               shared + s * kStep, &a_map, &b_map, &full[s], t * kBlockK, tile_m,
-              tile_n, 0);
+              tile_n, z * params.a_batch_step, z * params.b_batch_step, 0);
         }
       }
     }
@@ -98,8 +98,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int tile = blockIdx.x; tile < tiles;
          tile += gridDim.x, ++q, step += k_steps) {
       if (q % 2 != consumer) continue;  // the other consumer's
-      int tile_m, tile_n;
-      TileOrigin(tile, tiles_m, tiles_n, kBM, kBN, &tile_m, &tile_n);
+      int tile_m, tile_n, z;
+      TileOrigin(tile, tiles_m, tiles_n, kBM, kBN, &tile_m, &tile_n, &z);
       // The other consumer's tile q - 1 (its ((q - 1) / 2)-th) has all its
       // products issued.
       if (q > 0) BarrierWait(&turn[consumer], ((q - 1) / 2) & 1);
@@ -137,9 +137,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgmmaWait<0>();
       if (leads) BarrierArrive(&empty[(step + k_steps - 1) % kRing]);
       StoreRows<kBN, kFp32Out>(acc[0], epilogue, &c_map, buffers, 1 + consumer,
-                               tile_m, tile_n);
+                               tile_m, tile_n, z);
       StoreRows<kBN, kFp32Out>(acc[1], epilogue, &c_map, buffers, 1 + consumer,
-                               tile_m + 64, tile_n);
+                               tile_m + 64, tile_n, z);
     }
     // Shared memory stays until the stores have read it.
     if (leads) TmaStoreWaitAll();

@@ -70,37 +70,42 @@ __device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-__device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map,
-                                          uint64_t* bar, int c0, int c1) {
+// Loads the box at (c0, c1) of matrix c2 of a batch (3-D map) into `dst`,
+// completing its bytes on `bar`.
+__device__ __forceinline__ void TmaLoad3d(void* dst, const CUtensorMap* map,
+                                          uint64_t* bar, int c0, int c1,
+                                          int c2) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
-      "bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(SharedAddress(dst)),
-      "l"(map), "r"(SharedAddress(bar)), "r"(c0), "r"(c1)
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(SharedAddress(dst)),
+      "l"(map), "r"(SharedAddress(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
 
 // Loads one box into the same shared-memory offset of every block in
 // `mask`, completing bytes on each one's barrier at `bar`'s offset.
-__device__ __forceinline__ void TmaLoad2dMulticast(void* dst,
+__device__ __forceinline__ void TmaLoad3dMulticast(void* dst,
                                                    const CUtensorMap* map,
                                                    uint64_t* bar, int c0,
-                                                   int c1, uint16_t mask) {
+                                                   int c1, int c2,
+                                                   uint16_t mask) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::"
-      "bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::"
+      "bytes.multicast::cluster [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(
           SharedAddress(dst)),
-      "l"(map), "r"(SharedAddress(bar)), "r"(c0), "r"(c1), "h"(mask)
+      "l"(map), "r"(SharedAddress(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
       : "memory");
 }
 
 // One box from shared memory out to global memory, as its own bulk group;
 // the copy engine drops what falls outside the tensor.
-__device__ __forceinline__ void TmaStore2d(const CUtensorMap* map,
-                                           const void* src, int c0, int c1) {
+__device__ __forceinline__ void TmaStore3d(const CUtensorMap* map,
+                                           const void* src, int c0, int c1,
+                                           int c2) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], "
-      "[%1];\n" ::"l"(map),
-      "r"(SharedAddress(src)), "r"(c0), "r"(c1)
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, "
+      "%4}], [%1];\n" ::"l"(map),
+      "r"(SharedAddress(src)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }

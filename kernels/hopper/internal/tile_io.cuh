@@ -16,11 +16,14 @@
 
 namespace matmul::hopper::internal {
 
-// Tile `tile` of a tiles_m x tiles_n grid of block_m x block_n tiles, in
-// grouped order.
+// Tile `tile` of a batch of tiles_m x tiles_n grids of block_m x block_n
+// tiles, a matrix after another, each in grouped order: its matrix `z` and
+// its origin there.
 __device__ __forceinline__ void TileOrigin(int tile, int tiles_m, int tiles_n,
                                            int block_m, int block_n,
-                                           int* tile_m, int* tile_n) {
+                                           int* tile_m, int* tile_n, int* z) {
+  *z = tile / (tiles_m * tiles_n);
+  tile %= tiles_m * tiles_n;
   const int per_group = kGroupM * tiles_n;
   const int group = tile / per_group;
   const int first_m = group * kGroupM;
@@ -60,12 +63,13 @@ struct Epilogue {
 // accumulator layout) and out with one TMA store, which runs on while the
 // warpgroup goes on. A chunk reuses the buffer of the store kOutBuffers
 // earlier once that is read out; with beta, C's chunk is first loaded by
-// TMA into that buffer. `barrier`: the warpgroup's named barrier.
+// TMA into that buffer. `barrier`: the warpgroup's named barrier; `z`: the
+// matrix of the batch.
 template <int kN, bool kFp32>
 __device__ __forceinline__ void StoreRows(const float (&acc)[kN / 2],
                                           Epilogue& e, const CUtensorMap* c_map,
                                           unsigned char* buffers, int barrier,
-                                          int row0, int col0) {
+                                          int row0, int col0, int z) {
   using Pair = std::conditional_t<kFp32, float2, __nv_bfloat162>;
   constexpr int kCols = 128 / sizeof(Pair) * 2;  // columns a chunk
   const int thread = threadIdx.x % 128;
@@ -82,7 +86,7 @@ __device__ __forceinline__ void StoreRows(const float (&acc)[kN / 2],
     if (reads_c) {
       if (issues) {
         BarrierExpectTx(e.c_loaded, kChunkBytes);
-        TmaLoad2d(buffer, c_map, e.c_loaded, c0, row0);
+        TmaLoad3d(buffer, c_map, e.c_loaded, c0, row0, z);
       }
       BarrierWait(e.c_loaded, e.c_loads & 1);
       ++e.c_loads;
@@ -120,47 +124,46 @@ __device__ __forceinline__ void StoreRows(const float (&acc)[kN / 2],
     }
     FenceSharedForTma();
     NamedBarrierSync(barrier, 128);
-    if (issues) TmaStore2d(c_map, buffer, c0, row0);
+    if (issues) TmaStore3d(c_map, buffer, c0, row0, z);
   }
 }
 
 // Loads the k-step at column `k0` of A's rows [tile_m, +kBM) and B's
 // columns [tile_n, +kBN) into `stage` (A's kBM x kBlockK, then B's),
-// completing bytes on `full`. A K-major operand comes as one box of its
-// rows (B: a 1/kCluster share of them, multicast to the cluster); an
-// MN-major one as boxes of 64 K-rows by 64 M (N) columns, 8 KiB apart (B: a
-// 1/kCluster share of the boxes).
+// completing bytes on `full`, from matrix `za` of A's batch and `zb` of
+// B's. A K-major operand comes as one box of its rows (B: a 1/kCluster
+// share of them, multicast to the cluster); an MN-major one as boxes of 64
+// K-rows by 64 M (N) columns, 8 KiB apart (B: a 1/kCluster share of the
+// boxes).
 template <int kBM, int kBN, int kCluster, bool kAMnMajor, bool kBMnMajor>
-__device__ __forceinline__ void LoadStage(unsigned char* stage,
-                                          const CUtensorMap* a_map,
-                                          const CUtensorMap* b_map,
-                                          uint64_t* full, int k0, int tile_m,
-                                          int tile_n, int rank) {
+__device__ __forceinline__ void LoadStage(
+    unsigned char* stage, const CUtensorMap* a_map, const CUtensorMap* b_map,
+    uint64_t* full, int k0, int tile_m, int tile_n, int za, int zb, int rank) {
   constexpr int kBoxBytes = 64 * kBlockK * 2;
   if (kAMnMajor) {
     for (int q = 0; q < kBM / 64; ++q) {
-      TmaLoad2d(stage + q * kBoxBytes, a_map, full, tile_m + 64 * q, k0);
+      TmaLoad3d(stage + q * kBoxBytes, a_map, full, tile_m + 64 * q, k0, za);
     }
   } else {
-    TmaLoad2d(stage, a_map, full, k0, tile_m);
+    TmaLoad3d(stage, a_map, full, k0, tile_m, za);
   }
   unsigned char* b = stage + kBM * kBlockK * 2;
   if (kBMnMajor) {
     constexpr int kBoxes = kBN / 64 / kCluster;
     for (int q = rank * kBoxes; q < (rank + 1) * kBoxes; ++q) {
       if (kCluster == 1) {
-        TmaLoad2d(b + q * kBoxBytes, b_map, full, tile_n + 64 * q, k0);
+        TmaLoad3d(b + q * kBoxBytes, b_map, full, tile_n + 64 * q, k0, zb);
       } else {
-        TmaLoad2dMulticast(b + q * kBoxBytes, b_map, full, tile_n + 64 * q, k0,
-                           (1 << kCluster) - 1);
+        TmaLoad3dMulticast(b + q * kBoxBytes, b_map, full, tile_n + 64 * q, k0,
+                           zb, (1 << kCluster) - 1);
       }
     }
   } else if (kCluster == 1) {
-    TmaLoad2d(b, b_map, full, k0, tile_n);
+    TmaLoad3d(b, b_map, full, k0, tile_n, zb);
   } else {
     constexpr int kPartRows = kBN / kCluster;
-    TmaLoad2dMulticast(b + rank * kPartRows * kBlockK * 2, b_map, full, k0,
-                       tile_n + rank * kPartRows, (1 << kCluster) - 1);
+    TmaLoad3dMulticast(b + rank * kPartRows * kBlockK * 2, b_map, full, k0,
+                       tile_n + rank * kPartRows, zb, (1 << kCluster) - 1);
   }
 }
 
