@@ -53,6 +53,27 @@ int64_t MapPitch(int64_t ld, int64_t stored_rows, DType dtype) {
   return CeilDiv(ld, per_16_bytes) * per_16_bytes;
 }
 
+// How the tensor maps see `p`'s operands (row- or column-major A and B,
+// row-major C): which of A and B are MN-major, and the pitch each map
+// gets. CanImplement checks these pitches, Run encodes them.
+struct MapLayout {
+  bool a_mn_major = false;  // A stored [k, m]
+  bool b_mn_major = false;  // B stored [k, n]
+  int64_t lda = 0, ldb = 0, ldc = 0;
+};
+
+MapLayout MapLayoutOf(const GemmProblem& p) {
+  const MatrixLayout a = ClassifyLayout(p.a.strides, p.m, p.k);
+  const MatrixLayout b = ClassifyLayout(p.b.strides, p.k, p.n);
+  MapLayout l;
+  l.a_mn_major = a.order == MatrixOrder::kColMajor;
+  l.b_mn_major = b.order == MatrixOrder::kRowMajor;
+  l.lda = MapPitch(a.ld, l.a_mn_major ? p.k : p.m, DType::kBF16);
+  l.ldb = MapPitch(b.ld, l.b_mn_major ? p.k : p.n, DType::kBF16);
+  l.ldc = MapPitch(ClassifyLayout(p.c.strides, p.m, p.n).ld, p.m, p.c_dtype);
+  return l;
+}
+
 // The persistent grid for `p` and the work it walks. The kernel derives
 // its schedule from the grid, so the grid is what the schedule was planned
 // for: a block per SM where tiles split (the split units need the idle
@@ -138,23 +159,16 @@ absl::Status CanImplement(const GemmProblem& p, const Config& c, int device) {
         "row-major C; got ",
         ShapeName(p)));
   }
-  const bool a_mn_major = a.order == MatrixOrder::kColMajor;
-  const bool b_mn_major = b.order == MatrixOrder::kRowMajor;
-  if (auto s = CheckTmaOperand(
-          "A", p.a.data, MapPitch(a.ld, a_mn_major ? p.k : p.m, DType::kBF16),
-          DType::kBF16);
+  const MapLayout maps = MapLayoutOf(p);
+  if (auto s = CheckTmaOperand("A", p.a.data, maps.lda, DType::kBF16);
       !s.ok()) {
     return s;
   }
-  if (auto s = CheckTmaOperand(
-          "B", p.b.data, MapPitch(b.ld, b_mn_major ? p.k : p.n, DType::kBF16),
-          DType::kBF16);
+  if (auto s = CheckTmaOperand("B", p.b.data, maps.ldb, DType::kBF16);
       !s.ok()) {
     return s;
   }
-  if (auto s = CheckTmaOperand("C", p.c.data, MapPitch(out.ld, p.m, p.c_dtype),
-                               p.c_dtype);
-      !s.ok()) {
+  if (auto s = CheckTmaOperand("C", p.c.data, maps.ldc, p.c_dtype); !s.ok()) {
     return s;
   }
   // A TMA store writes whole 16-byte pieces: a row of C that ends inside
@@ -197,16 +211,14 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
   if (auto s = CanImplement(p, c, device); !s.ok()) return s;
   const absl::StatusOr<Plan> plan = PlanFor(p, c, device);
   if (!plan.ok()) return plan.status();
-  const MatrixLayout a = ClassifyLayout(p.a.strides, p.m, p.k);
-  const MatrixLayout b = ClassifyLayout(p.b.strides, p.k, p.n);
-  const int64_t ldc = ClassifyLayout(p.c.strides, p.m, p.n).ld;
   // K-major operands are read in boxes of a tile's rows (B's shared among
   // the cluster), MN-major ones in boxes of 64 K-rows; C is written in
   // chunks of 64 rows. Every box is one 128-byte row wide.
-  const bool a_mn_major = a.order == MatrixOrder::kColMajor;  // stored [k, m]
-  const bool b_mn_major = b.order == MatrixOrder::kRowMajor;  // stored [k, n]
-  const int64_t lda = MapPitch(a.ld, a_mn_major ? p.k : p.m, DType::kBF16);
-  const int64_t ldb = MapPitch(b.ld, b_mn_major ? p.k : p.n, DType::kBF16);
+  const MapLayout maps = MapLayoutOf(p);
+  const bool a_mn_major = maps.a_mn_major;
+  const bool b_mn_major = maps.b_mn_major;
+  const int64_t lda = maps.lda;
+  const int64_t ldb = maps.ldb;
   CUtensorMap a_map, b_map, c_map;
   absl::Status encoded =
       a_mn_major
@@ -218,8 +230,8 @@ absl::Status Run(const GemmProblem& p, const Config& c, int device,
                        : tma::EncodeOperandMap(&b_map, p.b.data, p.k, p.n, ldb,
                                                kBlockN / c.cluster);
   if (!encoded.ok()) return encoded;
-  encoded = tma::EncodeMatrixMap(&c_map, p.c_dtype, p.c.data, p.n, p.m,
-                                 MapPitch(ldc, p.m, p.c_dtype), 64);
+  encoded =
+      tma::EncodeMatrixMap(&c_map, p.c_dtype, p.c.data, p.n, p.m, maps.ldc, 64);
   if (!encoded.ok()) return encoded;
   internal::GemmParams params;
   params.m = static_cast<int>(p.m);
