@@ -19,10 +19,12 @@ constexpr absl::Duration kSleep = absl::Microseconds(50);
 // How often a sleeping wait asks give_up.
 constexpr absl::Duration kGiveUpPeriod = absl::Milliseconds(1);
 
-absl::Status WaitForClientStream(const StreamOrder& order) {
-  auto reached = [&order] {
+absl::Status WaitForClientStream(const StreamOrder& order,
+                                 const std::function<bool()>& enough) {
+  auto reached = [&order, &enough] {
     return WordReached(order.wait_host->load(std::memory_order_acquire),
-                       order.wait_value);
+                       order.wait_value) ||
+           (enough && enough());
   };
   const absl::Time start = absl::Now();
   absl::Time next_check = start;
@@ -64,11 +66,12 @@ absl::Status GiveUpStatus(absl::Span<const GemmProblem* const> problems) {
 
 }  // namespace
 
-absl::Status WaitForClientStreams(
-    absl::Span<const GemmProblem* const> problems) {
+absl::Status WaitForClientStreams(absl::Span<const GemmProblem* const> problems,
+                                  const std::function<bool()>& enough) {
   for (const GemmProblem* p : problems) {
     if (p->stream_order == nullptr) continue;
-    RETURN_IF_ERROR(WaitForClientStream(*p->stream_order));
+    RETURN_IF_ERROR(WaitForClientStream(*p->stream_order, enough));
+    if (enough && enough()) break;
   }
   return absl::OkStatus();
 }

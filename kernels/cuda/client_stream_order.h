@@ -35,11 +35,12 @@ namespace matmul::cuda {
 
 // Returns once the wait word of every stream-ordered problem among
 // `problems` has reached its value (the client's work before each product
-// is complete), or with the first non-OK give_up status: a client whose
-// stream never gets there holds a worker only until its deadline, or until
-// it goes away.
+// is complete), or as soon as `enough` (when given) returns true, or with
+// the first non-OK give_up status: a client whose stream never gets there
+// holds a worker only until its deadline, or until it goes away.
 absl::Status WaitForClientStreams(
-    absl::Span<const GemmProblem* const> problems);
+    absl::Span<const GemmProblem* const> problems,
+    const std::function<bool()>& enough = nullptr);
 
 // Queues on `stream` a wait for every wait word (the GPU way).
 absl::Status QueueClientWaits(const CudaDriverApi& api,

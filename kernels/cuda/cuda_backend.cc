@@ -1,9 +1,11 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/gemm/launch_order.h"
 #include "common/gemm/matrix_layout.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/client_stream_order.h"
@@ -162,22 +164,33 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
-  // A product that waits for its client's stream on the CPU does so before
-  // it takes a slot: that stream may wait for an earlier product of the
-  // client, which needs a slot too, as does the background tuner (which
-  // takes them all).
-  const bool wait_on_gpu = WaitsOnGpu(p);
-  if (p.stream_order != nullptr && !wait_on_gpu) {
+  // A stream-ordered product waits for its client's stream before it takes
+  // a slot: that stream may wait for an earlier product of the client,
+  // which needs a slot too, as does the background tuner (which takes them
+  // all). On the CPU until the stream gets there, or, where the wait may
+  // go to the GPU, only until every earlier product of the client is
+  // launched, whichever comes first: decided once, a product taken while
+  // its predecessor was still on its way would wait on the CPU, and so,
+  // one after another, would every product behind it.
+  bool wait_on_gpu = false;
+  if (p.stream_order != nullptr) {
     const GemmProblem* one[] = {&p};
-    RETURN_IF_ERROR(WaitForClientStreams(one));
+    const LaunchOrder::Ticket& launch = p.stream_order->launch;
+    const bool may_wait_on_gpu = MayWaitOnGpu(p);
+    std::function<bool()> earlier_launched;
+    if (may_wait_on_gpu) {
+      earlier_launched = [&launch] { return launch.EarlierLaunched(); };
+    }
+    RETURN_IF_ERROR(WaitForClientStreams(one, earlier_launched));
+    wait_on_gpu = may_wait_on_gpu && launch.EarlierLaunched();
   }
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
   return RunOneOnSlot(p, lease.slot(), wait_on_gpu);
 }
 
-bool CudaBackend::WaitsOnGpu(const GemmProblem& p) const {
+bool CudaBackend::MayWaitOnGpu(const GemmProblem& p) const {
   return p.stream_order != nullptr && options_.stream_order_waits_on_gpu &&
-         driver_api_.ok() && p.stream_order->launch.EarlierLaunched();
+         driver_api_.ok();
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
@@ -201,14 +214,15 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
     RETURN_IF_ERROR(QueueClientWaits(*driver_api_, one, slot.stream.get()));
   }
   ProductSchedule::QueuedWait wait;
-  wait.launched = [&launch] { launch.MarkLaunched(); };
   wait.await = [&](const std::function<bool()>& done) {
     return AwaitQueuedWaits(one, done);
   };
-  absl::StatusOr<GemmRunInfo> info =
-      RunDeviceOnSlot(p, slot, /*after_slot_work=*/false, signal,
-                      wait_on_gpu ? &wait : nullptr);
-  launch.MarkLaunched();  // the CPU way, or a failure before the launch
+  // Launched once queued, either way: the next product of the client may
+  // then queue its wait on the GPU without waiting for this one to end.
+  absl::StatusOr<GemmRunInfo> info = RunDeviceOnSlot(
+      p, slot, /*after_slot_work=*/false, signal, wait_on_gpu ? &wait : nullptr,
+      [&launch] { launch.MarkLaunched(); });
+  launch.MarkLaunched();  // a failure before the launch
   if (!info.ok()) return info.status();
   StoreClientSignals(one);
   return info;
@@ -347,7 +361,8 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunStacked(const GemmProblem& p,
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnSlot(
     const GemmProblem& p, StreamSlot& slot, bool after_slot_work,
     const ProductSchedule::AfterProduct& then,
-    const ProductSchedule::QueuedWait* wait) {
+    const ProductSchedule::QueuedWait* wait,
+    const ProductSchedule::Queued& queued) {
   cudaStream_t stream = slot.stream.get();
   ASSIGN_OR_RETURN(KernelOperands operands, KernelOperands::Gather(p, stream));
   // The scatter of a gathered C, then the caller's work, behind the product.
@@ -360,7 +375,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnSlot(
       GemmRunInfo info,
       schedule_->RunTimed(
           operands.problem(), slot, after_slot_work || operands.gathered(),
-          operands.scatters_c() || then ? after : nullptr, wait));
+          operands.scatters_c() || then ? after : nullptr, wait, queued));
   // RunTimed waited for the kernel and what follows it; the temporaries
   // are freed in stream order, and waited for too.
   RETURN_IF_ERROR(operands.Release(stream));

@@ -141,11 +141,13 @@ class CudaBackend : public GemmBackend {
   absl::StatusOr<GemmRunInfo> RunDeviceOnSlot(
       const GemmProblem& problem, StreamSlot& slot, bool after_slot_work,
       const ProductSchedule::AfterProduct& then = nullptr,
-      const ProductSchedule::QueuedWait* wait = nullptr);
-  // Whether stream-ordered `problem` waits for its client's stream on the
-  // GPU (client_stream_order.h): when the daemon does so and every earlier
+      const ProductSchedule::QueuedWait* wait = nullptr,
+      const ProductSchedule::Queued& queued = nullptr);
+  // Whether stream-ordered `problem` may wait for its client's stream on
+  // the GPU (client_stream_order.h): the daemon does so where the driver
+  // offers stream memory operations. It then does, once every earlier
   // product of the client is launched.
-  bool WaitsOnGpu(const GemmProblem& problem) const;
+  bool MayWaitOnGpu(const GemmProblem& problem) const;
   // `batched`: a pointer-array product (arrays on the device) whose entries
   // all read B at `shared_b`; runs as one stacked product (see above).
   absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,

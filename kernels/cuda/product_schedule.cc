@@ -35,20 +35,20 @@ absl::Status ProductSchedule::LaunchProduct(const KernelChoice& choice,
 
 absl::StatusOr<GemmRunInfo> ProductSchedule::RunTimed(
     const GemmProblem& problem, StreamSlot& slot, bool after_slot_work,
-    const AfterProduct& then, const QueuedWait* wait) {
+    const AfterProduct& then, const QueuedWait* wait, const Queued& queued) {
   // Resolved before the start event, so that a first call's plan building
   // is not counted as kernel time.
   ASSIGN_OR_RETURN(KernelChoice choice, selector_.Resolve(problem));
   if (wait == nullptr && RunsSerially(problem)) {
-    return RunSerial(choice, problem, slot, after_slot_work, then);
+    return RunSerial(choice, problem, slot, after_slot_work, then, queued);
   }
   cudaStream_t stream = slot.stream.get();
   RETURN_IF_ERROR(slot.start.Record(stream));
   RETURN_IF_ERROR(LaunchProduct(choice, problem, stream, slot.workspace));
   RETURN_IF_ERROR(slot.stop.Record(stream));
   if (then) RETURN_IF_ERROR(then(stream));
+  if (queued) queued();
   if (wait != nullptr) {
-    wait->launched();
     RETURN_IF_ERROR(wait->await(
         [stream] { return cudaStreamQuery(stream) != cudaErrorNotReady; }));
     RETURN_IF_ERROR(slot.stream.Synchronize());  // done: reports errors
@@ -66,7 +66,7 @@ absl::StatusOr<GemmRunInfo> ProductSchedule::RunTimed(
 
 absl::StatusOr<GemmRunInfo> ProductSchedule::RunSerial(
     const KernelChoice& choice, const GemmProblem& problem, StreamSlot& slot,
-    bool after_slot_work, const AfterProduct& then) {
+    bool after_slot_work, const AfterProduct& then, const Queued& queued) {
   cudaStream_t serial = serial_stream_.get();
   std::shared_ptr<CudaEvent> from;
   std::shared_ptr<CudaEvent> to;
@@ -101,8 +101,10 @@ absl::StatusOr<GemmRunInfo> ProductSchedule::RunSerial(
     RETURN_IF_ERROR(CudaStatus(cudaStreamWaitEvent(stream, to->get(), 0),
                                "cudaStreamWaitEvent"));
     RETURN_IF_ERROR(then(stream));
+    if (queued) queued();
     RETURN_IF_ERROR(slot.stream.Synchronize());  // after `to`, by the wait
   } else {
+    if (queued) queued();
     RETURN_IF_ERROR(to->Synchronize());
   }
   GemmRunInfo info;

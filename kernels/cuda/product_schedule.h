@@ -50,13 +50,14 @@ class ProductSchedule {
   using AfterProduct = std::function<absl::Status(cudaStream_t)>;
 
   // A product behind a wait for a client's stream that the caller queued
-  // on the slot's stream (client_stream_order.h): `launched` runs once the
-  // product is queued, and `await` waits for it instead of a blocking
-  // synchronize, polling done().
+  // on the slot's stream (client_stream_order.h): `await` waits for it
+  // instead of a blocking synchronize, polling done().
   struct QueuedWait {
-    std::function<void()> launched;
     std::function<absl::Status(const std::function<bool()>& done)> await;
   };
+  // Runs once the product and what follows it are queued, before the wait
+  // for them.
+  using Queued = std::function<void()>;
 
   // True when `problem` runs on the shared stream.
   bool RunsSerially(const GemmProblem& problem) const;
@@ -69,11 +70,12 @@ class ProductSchedule {
   // the product and waited for with it, so no host round trip leaves the
   // GPU idle between the two. With `wait`, the product runs on the slot's
   // stream even when it RunsSerially: the shared stream must never wait
-  // for a client.
+  // for a client. `queued` (may be empty) runs once all is queued.
   absl::StatusOr<GemmRunInfo> RunTimed(const GemmProblem& problem,
                                        StreamSlot& slot, bool after_slot_work,
                                        const AfterProduct& then = nullptr,
-                                       const QueuedWait* wait = nullptr);
+                                       const QueuedWait* wait = nullptr,
+                                       const Queued& queued = nullptr);
 
  private:
   ProductSchedule(GemmSelector& selector, const ScheduleOptions& options,
@@ -86,7 +88,8 @@ class ProductSchedule {
   absl::StatusOr<GemmRunInfo> RunSerial(const KernelChoice& choice,
                                         const GemmProblem& problem,
                                         StreamSlot& slot, bool after_slot_work,
-                                        const AfterProduct& then);
+                                        const AfterProduct& then,
+                                        const Queued& queued);
   // Queues `choice`'s kernel for `problem` on `stream` (or, at the launch
   // options_.test_only_inject_fault_after names, the out-of-range write).
   absl::Status LaunchProduct(const KernelChoice& choice,
