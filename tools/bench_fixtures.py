@@ -44,6 +44,10 @@ def matmul_bench_entry(shape, layout, pick, lt, spark, sustained=True):
         "pick": {"kernel": pick[0], "tflops": pick[1]},
         "cublaslt_best": {"kernel": lt[0], "tflops": lt[1]},
         "spark_best": {"kernel": spark[0], "tflops": spark[1]},
+        "family_best": [
+            {"family": "mma_128x128", "kernel": spark[0], "tflops": spark[1]},
+            {"family": "wgmma_128x256", "kernel": "wgmma_128x256x64_s4",
+             "tflops": spark[1] * 1.5}],
         "candidates": [
             _candidate(lt[0], "cublaslt", 0, lt[1], flops),
             _candidate(spark[0], "mma_128x128", 98304, spark[1], flops),

@@ -56,9 +56,11 @@ the selector and cuBLASLt in [kernels/cuda/README.md](../kernels/cuda/README.md)
 KERNELS_METHOD = """\
 `matmul-bench` tunes each shape and layout as the daemon's selector does
 (every own kernel configuration and cuBLASLt's candidates), then re-times
-three kernels interleaved, so that their ratios compare like with like: the
-selector's pick (what the daemon runs), the best cuBLASLt candidate, and
-the best own kernel that fits the GB10's shared memory. Layout N is
+the best of every kernel family interleaved with the selector's pick (what
+the daemon runs), so that their ratios compare like with like. The table
+gives the pick, the best cuBLASLt candidate, the fastest own kernel (on
+the H200 usually the Hopper family, which needs more shared memory than a
+GB10 has) and the best own kernel that fits the GB10's. Layout N is
 row-major, T transposed; NT is PyTorch's `nn.Linear`. These are burst
 figures: each kernel runs for tens of milliseconds between other
 candidates.
@@ -195,6 +197,16 @@ def load_kernels(path):
     return bench
 
 
+def fastest_own(entry):
+    """The fastest own (non-cuBLASLt) family best of a matmul-bench entry,
+    as {kernel, tflops}; kernel "" where the entry has none."""
+    own = [f for f in entry.get("family_best") or []
+           if not f.get("kernel", "").startswith("cublaslt")]
+    if not own:
+        return {"kernel": "", "tflops": 0.0}
+    return max(own, key=lambda f: f["tflops"])
+
+
 def kernel_section(bench, name):
     runs = bench["runs"]
     last = runs[-1]
@@ -209,16 +221,19 @@ def kernel_section(bench, name):
     rows = []
     for e in last:
         lt = e["cublaslt_best"]["tflops"]
-        pick, spark = e["pick"], e["spark_best"]
+        pick, spark, own = e["pick"], e["spark_best"], fastest_own(e)
         rows.append([e["shape"], e["layout"], f"`{pick['kernel']}`",
                      tflops(pick["tflops"]),
                      f"`{e['cublaslt_best']['kernel']}`" if lt > 0 else "-",
                      tflops(lt), ratio(pick["tflops"], lt),
+                     f"`{own['kernel']}`" if own["kernel"] else "-",
+                     tflops(own["tflops"]), ratio(own["tflops"], lt),
                      f"`{spark['kernel']}`" if spark["kernel"] else "-",
                      tflops(spark["tflops"]), ratio(spark["tflops"], lt)])
     out.append("TFLOPS:\n")
     out.append(table(["shape", "layout", "pick", "TFLOPS", "cuBLASLt best",
-                      "TFLOPS", "pick / cuBLASLt",
+                      "TFLOPS", "pick / cuBLASLt", "fastest own kernel",
+                      "TFLOPS", "/ cuBLASLt",
                       "best own kernel that fits the GB10", "TFLOPS",
                       "/ cuBLASLt"], rows))
     if len(runs) > 1:

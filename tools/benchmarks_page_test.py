@@ -73,9 +73,11 @@ class BenchmarksPageTest(unittest.TestCase):
         self.assertIn("measured at commit `0123abc`", page)
         self.assertIn("NVIDIA H200", page)
         self.assertIn("No GB10 (DGX Spark) has been available", page)
-        # Kernel table: pick, cuBLASLt, ratio, GB10-fitting kernel.
+        # Kernel table: pick, cuBLASLt, ratio, fastest own kernel (of the
+        # family bests), GB10-fitting kernel.
         self.assertIn("| 5120x11008x2048 | NT | `cublaslt_algo0` | 700 | "
                       "`cublaslt_algo0` | 700 | 1.00 | "
+                      "`wgmma_128x256x64_s4` | 600 | 0.86 | "
                       "`mma_128x128x64_s2_w2x2_tma` | 400 | 0.57 |", page)
         self.assertIn("| 5120x512x2048 | NN |", page)
         # Sustained: back to back 630 = 0.90 of the table's 700.
