@@ -11,7 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "kernels/cuda/cublaslt_family.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/finalist_pick.h"
 #include "kernels/cuda/gemm_family_registry.h"
 #include "kernels/cuda/timing_operands.h"
 
@@ -336,10 +338,14 @@ absl::StatusOr<KernelChoice> GemmSelector::Tune(
     ASSIGN_OR_RETURN(final_timings, TimeChoices(problem, finalists));
   }
   if (all_timings != nullptr) *all_timings = timings;
-  const CandidateTiming* best = &final_timings[0];
+  std::vector<FinalistTime> finalist_times;
   for (const CandidateTiming& t : final_timings) {
-    if (t.median_seconds < best->median_seconds) best = &t;
+    finalist_times.push_back(
+        {.cublaslt = t.choice.family->name() == CublasLtFamily::kName,
+         .median_seconds = t.median_seconds});
   }
+  const CandidateTiming* best =
+      &final_timings[PickFinalist(finalist_times, options_.own_kernel_margin)];
   KernelChoice choice = best->choice;
   choice.tuned = true;
   choice.median_seconds = best->median_seconds;

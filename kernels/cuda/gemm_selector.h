@@ -8,7 +8,8 @@
 // Tuning a key times every candidate that passes CanImplement (own configs
 // only within the device's opt-in shared memory, or an imposed limit) with
 // CUDA events (candidate_timer.h: median of many runs after warm-up, on
-// private operands rotated so they do not sit in L2) and keeps the fastest.
+// private operands rotated so they do not sit in L2) and keeps the fastest
+// (an own kernel only where it beats cuBLASLt by a margin: finalist_pick.h).
 // Choices live in memory and in a JSON file (tuning_cache.h), so a restart
 // does not re-tune.
 //
@@ -66,6 +67,9 @@ struct SelectorOptions {
   int min_iterations = 10;
   int max_iterations = 100;
   double target_seconds = 0.025;
+  // How much faster than cuBLASLt's finalist an own kernel must time to be
+  // picked over it (finalist_pick.h); 0.02 = 2%.
+  double own_kernel_margin = 0.02;
 };
 
 // The timing of one candidate on one key.
