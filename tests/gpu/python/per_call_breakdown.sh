@@ -11,14 +11,18 @@
 # tests/gpu/python/build_native_for_device.sh:
 #   run(command="bash tests/gpu/python/per_call_breakdown.sh",
 #       carry=["bundle", "client/python/matmul_client/_native...so"])
+# Output: stdout and $OUT/per_call_breakdown.txt.
 # Env: VARIANTS, daemon flag sets separated by ';' (default: the defaults;
 # workers and the ring's poller spinning), REPEAT (native_speed --repeat, 1).
 set -euo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 cd "$(dirname "$0")/../../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/per_call_breakdown.txt") 2>&1
 source tests/gpu/bundle_env.sh
 source tests/gpu/cuda_daemon.sh
 IFS=';' read -r -a variants \
