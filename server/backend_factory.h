@@ -22,7 +22,7 @@ struct BackendOptions {
   // See CudaBackendOptions::serial_min_gflop_per_sm.
   double cuda_serial_min_gflop_per_sm = 1.0;
   // See CudaBackendOptions::stream_order_waits_on_gpu.
-  bool cuda_stream_order_waits_on_gpu = true;
+  bool cuda_stream_order_waits_on_gpu = false;
   // TEST ONLY: see CudaBackendOptions' test_only_ fields.
   int64_t test_only_inject_gpu_fault_after = 0;
   int64_t test_only_gpu_memory_headroom_bytes = 0;

@@ -79,17 +79,15 @@ ABSL_FLAG(double, serial_min_gflop_per_sm, 1.0,
           "share; smaller ones run on their worker's own stream, where they "
           "overlap (filling the SMs one product's last wave leaves idle, "
           "and the gaps between launches).");
-ABSL_FLAG(std::string, stream_order_wait, "gpu",
-          "gpu | cpu. How a stream-ordered product (MatmulRequest."
-          "stream_order) waits for its client's CUDA stream: gpu, the "
+ABSL_FLAG(std::string, stream_order_wait, "cpu",
+          "cpu | gpu. How a stream-ordered product (MatmulRequest."
+          "stream_order) waits for its client's CUDA stream: cpu, a worker "
+          "polls the client's word and then launches the product; gpu, the "
           "worker queues a wait for the word on its stream and the product "
           "behind it, which then starts as soon as the client's stream gets "
           "there (no launch latency between a client's products); a product "
           "does so once every earlier product of its client is launched, and "
-          "waits on the CPU before that. cpu: a worker polls the client's "
-          "word and then launches the product, so no daemon stream waits "
-          "for a client that is busy elsewhere, at a launch's latency per "
-          "product.");
+          "waits on the CPU before that.");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");

@@ -73,10 +73,8 @@ struct CudaBackendOptions {
   double serial_min_gflop_per_sm = 1.0;
   // Stream-ordered products wait for their client's stream with a wait
   // queued on the GPU instead of on a worker's CPU (client_stream_order.h
-  // weighs the two); needs the driver's stream memory operations. On by
-  // default: only then are a client's products queued ahead of its stream,
-  // so that a burst runs back to back instead of a launch apart.
-  bool stream_order_waits_on_gpu = true;
+  // weighs the two); needs the driver's stream memory operations.
+  bool stream_order_waits_on_gpu = false;
   // TEST ONLY, for the device-lost path: the Nth product launch (from 1)
   // runs a kernel that writes out of range instead, which poisons the CUDA
   // context. 0: never.

@@ -14,14 +14,14 @@
 #
 # Env:
 #   VARIANTS     daemon settings to run, in order (default "default polling"):
-#                  default  the daemon's defaults (it waits for the client's
-#                           stream on the GPU)
+#                  default  the daemon's defaults
 #                  polling  workers and the ring's poller poll for 1 ms before
 #                           they sleep (--worker_spin_us=1000
 #                           --ring_poll_spin_us=1000), and so does the
 #                           client's completion thread (--ring_spin_us=1000)
-#                  cpu_wait a worker waits for the client's stream on its CPU
-#                           and then launches (--stream_order_wait=cpu)
+#                  gpu_wait the daemon waits for the client's stream on the
+#                           GPU (--stream_order_wait=gpu)
+#                  gpu_wait_polling  both of the above
 #   TUNE         1 (default): matmul-bench first times every kernel for the
 #                shapes and stores its picks in the tuning cache the daemons
 #                start on, so they run the measured kernels from the first
@@ -91,9 +91,13 @@ for variant in $VARIANTS; do
     polling)
       daemon_flags=(--worker_spin_us=1000 --ring_poll_spin_us=1000)
       bench_flags=(--ring_spin_us=1000) ;;
-    cpu_wait)
-      daemon_flags=(--stream_order_wait=cpu)
+    gpu_wait)
+      daemon_flags=(--stream_order_wait=gpu)
       bench_flags=() ;;
+    gpu_wait_polling)
+      daemon_flags=(--stream_order_wait=gpu --worker_spin_us=1000
+                    --ring_poll_spin_us=1000)
+      bench_flags=(--ring_spin_us=1000) ;;
     *)
       echo "stream_order_bench: unknown variant $variant" >&2
       exit 2 ;;
