@@ -1,16 +1,25 @@
 // The floor under stream-ordered products through a daemon: how long one
-// hand-off between two CUDA streams takes on the GPU when each stream waits
-// for a word the other writes (cuStreamWaitValue32 / cuStreamWriteValue32
-// on mapped host memory), with no CPU in the loop. A stream-ordered product
-// costs at least two hand-offs (the client's stream to the daemon's and
-// back); between two processes the streams live in two CUDA contexts.
+// hand-off between two CUDA streams takes on the GPU, each stream waiting
+// for the other, two ways:
+//   words   each waits for a word the other writes (cuStreamWaitValue32 /
+//           cuStreamWriteValue32 on mapped host memory), as the daemon and
+//           its clients do, with no CPU in the loop;
+//   events  each waits for an event the other records (cudaStreamWaitEvent;
+//           between processes interprocess events, cudaIpcGetEventHandle),
+//           the other way a product could be ordered. A wait binds to the
+//           event's last record issued before it, so between processes the
+//           two CPUs take turns issuing (through shared memory); neither
+//           waits for the GPU, so they run ahead of it.
+// A stream-ordered product costs at least two hand-offs (the client's
+// stream to the daemon's and back); between two processes the streams live
+// in two CUDA contexts.
 //
-//   handoff-probe one|two [round_trips] [kernel_us]
+//   handoff-probe one|two|one-events|two-events [round_trips] [kernel_us]
 //
 // Prints the round-trip time with both streams in one process (one) or
 // each in a process of its own (two: fork before any CUDA call), with no
-// kernel and with a kernel of `kernel_us` between the wait and the write
-// on the answering stream (a stand-in for the product).
+// kernel and with a kernel of `kernel_us` between the wait and the
+// answer on the answering stream (a stand-in for the product).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <fcntl.h>
@@ -18,10 +27,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -62,6 +74,47 @@ struct Words {
   uint32_t pad[15];
   uint32_t pong;
 };
+
+// The events way between processes, in the same mapping past the words:
+// each side's interprocess event, and how far each side has issued.
+struct EventExchange {
+  cudaIpcEventHandle_t ask, answer;
+  std::atomic<int> ask_published, answer_published;  // handles written
+  std::atomic<int> asked, answered;                  // rounds issued
+};
+constexpr size_t kExchangeOffset = 1024;
+static_assert(sizeof(Words) <= kExchangeOffset &&
+              kExchangeOffset + sizeof(EventExchange) <= 4096);
+
+EventExchange* ExchangeIn(void* mapping) {
+  return reinterpret_cast<EventExchange*>(static_cast<char*>(mapping) +
+                                          kExchangeOffset);
+}
+
+// Spins until `value` reaches `at_least`; exits after 30 s (the other side
+// failed), so that no process is left spinning.
+void WaitUntil(const std::atomic<int>& value, int at_least) {
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (value.load(std::memory_order_acquire) < at_least) {
+    CHECK(std::chrono::steady_clock::now() < give_up);
+  }
+}
+
+// Creates this side's interprocess event and publishes its handle, then
+// opens the other side's once that is published.
+void ShareEvents(cudaEvent_t& mine, cudaIpcEventHandle_t& my_handle,
+                 std::atomic<int>& my_published, cudaEvent_t& theirs,
+                 cudaIpcEventHandle_t& their_handle,
+                 const std::atomic<int>& their_published) {
+  CHECK(cudaEventCreateWithFlags(
+            &mine, cudaEventDisableTiming | cudaEventInterprocess) ==
+        cudaSuccess);
+  CHECK(cudaIpcGetEventHandle(&my_handle, mine) == cudaSuccess);
+  my_published.store(1, std::memory_order_release);
+  WaitUntil(their_published, 1);
+  CHECK(cudaIpcOpenEventHandle(&theirs, their_handle) == cudaSuccess);
+}
 
 struct Mapped {
   CUdeviceptr ping, pong;
@@ -181,18 +234,104 @@ double TwoProcesses(int n, double kernel_us) {
   return us;
 }
 
+// The events way in one process: plain events, one thread issuing both
+// sides in order.
+double OneProcessEvents(int n, double kernel_us) {
+  cudaStream_t ask, answer;
+  CHECK(cudaStreamCreateWithFlags(&ask, cudaStreamNonBlocking) == cudaSuccess);
+  CHECK(cudaStreamCreateWithFlags(&answer, cudaStreamNonBlocking) ==
+        cudaSuccess);
+  cudaEvent_t asked, answered;
+  CHECK(cudaEventCreateWithFlags(&asked, cudaEventDisableTiming) ==
+        cudaSuccess);
+  CHECK(cudaEventCreateWithFlags(&answered, cudaEventDisableTiming) ==
+        cudaSuccess);
+  const long long spin = CyclesFor(kernel_us);
+  return TimeRoundTrips(ask, n, [&](int) {
+    CHECK(cudaEventRecord(asked, ask) == cudaSuccess);
+    CHECK(cudaStreamWaitEvent(answer, asked, 0) == cudaSuccess);
+    if (spin > 0) Spin<<<1, 1, 0, answer>>>(spin);
+    CHECK(cudaEventRecord(answered, answer) == cudaSuccess);
+    CHECK(cudaStreamWaitEvent(ask, answered, 0) == cudaSuccess);
+  });
+}
+
+// The events way between two processes (fork before any CUDA call). In
+// round i the asker records its event and says so; the answerer, once
+// told, waits for it, (spins), records its own and says so; the asker, once
+// told, waits for that. So each wait binds to the record of its round: a
+// side records its event again only after the other has issued its wait.
+double TwoProcessesEvents(int n, double kernel_us) {
+  void* mapping = FreshWords();
+  EventExchange* exchange = new (ExchangeIn(mapping)) EventExchange{};
+  const pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    cudaStream_t answer;
+    CHECK(cudaStreamCreateWithFlags(&answer, cudaStreamNonBlocking) ==
+          cudaSuccess);
+    cudaEvent_t mine, theirs;
+    ShareEvents(mine, exchange->answer, exchange->answer_published, theirs,
+                exchange->ask, exchange->ask_published);
+    const long long spin = CyclesFor(kernel_us);
+    for (int i = 1; i <= n; ++i) {
+      WaitUntil(exchange->asked, i);
+      CHECK(cudaStreamWaitEvent(answer, theirs, 0) == cudaSuccess);
+      if (spin > 0) Spin<<<1, 1, 0, answer>>>(spin);
+      CHECK(cudaEventRecord(mine, answer) == cudaSuccess);
+      exchange->answered.store(i, std::memory_order_release);
+    }
+    CHECK(cudaStreamSynchronize(answer) == cudaSuccess);
+    std::_Exit(0);
+  }
+  cudaStream_t ask;
+  CHECK(cudaStreamCreateWithFlags(&ask, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t mine, theirs;
+  ShareEvents(mine, exchange->ask, exchange->ask_published, theirs,
+              exchange->answer, exchange->answer_published);
+  const double us = TimeRoundTrips(ask, n, [&](int i) {
+    CHECK(cudaEventRecord(mine, ask) == cudaSuccess);
+    exchange->asked.store(i, std::memory_order_release);
+    WaitUntil(exchange->answered, i);
+    CHECK(cudaStreamWaitEvent(ask, theirs, 0) == cudaSuccess);
+  });
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  munmap(mapping, 4096);
+  return us;
+}
+
 }  // namespace
 }  // namespace matmul
 
 int main(int argc, char** argv) {
-  const bool two = argc > 1 && std::strcmp(argv[1], "two") == 0;
+  const std::string mode = argc > 1 ? argv[1] : "one";
   const int n = argc > 2 ? std::atoi(argv[2]) : 2000;
   const double kernel_us = argc > 3 ? std::atof(argv[3]) : 20.0;
   // A fork after this process has touched CUDA leaves the child without
-  // it: the two-process way measures with a kernel or without, per run.
-  const double us = two ? matmul::TwoProcesses(n, kernel_us)
-                        : matmul::OneProcess(n, kernel_us);
+  // it: a two-process way measures one kernel length per run.
+  double us = 0;
+  const char* what = nullptr;
+  if (mode == "one") {
+    us = matmul::OneProcess(n, kernel_us);
+    what = "one process, words";
+  } else if (mode == "two") {
+    us = matmul::TwoProcesses(n, kernel_us);
+    what = "two processes, words";
+  } else if (mode == "one-events") {
+    us = matmul::OneProcessEvents(n, kernel_us);
+    what = "one process, events";
+  } else if (mode == "two-events") {
+    us = matmul::TwoProcessesEvents(n, kernel_us);
+    what = "two processes, interprocess events";
+  } else {
+    std::fprintf(stderr,
+                 "usage: handoff-probe one|two|one-events|two-events "
+                 "[round_trips] [kernel_us]\n");
+    return 2;
+  }
   std::printf("%s, %d round trips, %.0f us kernel: %.2f us a round trip\n",
-              two ? "two processes" : "one process", n, kernel_us, us);
+              what, n, kernel_us, us);
   return 0;
 }

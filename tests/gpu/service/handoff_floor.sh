@@ -2,10 +2,12 @@
 # The GPU-side floor under a stream-ordered product (issue 21): runs
 # handoff-probe on the GPU machine after tests/gpu/bundle.sh built bundle/
 # here:  run(command="bash tests/gpu/service/handoff_floor.sh", carry=["bundle"])
-# Two streams that wait for each other's word, in one process and in two
-# (two CUDA contexts), with no kernel and with kernels of 5 and 20 us in
-# between; then the two-process case again under MPS (one context on the
-# GPU for both), where nvidia-cuda-mps-control exists. To stdout and
+# Two streams that wait for each other, through words (stream memory
+# operations, as the daemon does) and through events (interprocess events
+# between processes), in one process and in two (two CUDA contexts), with
+# no kernel and with kernels of 5 and 20 us in between; then the
+# two-process cases again under MPS (one context on the GPU for both),
+# where nvidia-cuda-mps-control exists. To stdout and
 # $OUT/handoff_floor.txt.
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
@@ -19,8 +21,9 @@ if [ ! -x "$probe" ]; then
 fi
 {
   for kernel_us in 0 5 20; do
-    timeout 60 "$probe" one 2000 "$kernel_us"
-    timeout 60 "$probe" two 2000 "$kernel_us"
+    for mode in one two one-events two-events; do
+      timeout 60 "$probe" "$mode" 2000 "$kernel_us"
+    done
   done
   if command -v nvidia-cuda-mps-control >/dev/null; then
     mps=$(mktemp -d)
@@ -30,6 +33,7 @@ fi
       echo "under MPS:"
       for kernel_us in 0 5 20; do
         timeout 60 "$probe" two 2000 "$kernel_us"
+        timeout 60 "$probe" two-events 2000 "$kernel_us"
       done
       echo quit | nvidia-cuda-mps-control
     else
