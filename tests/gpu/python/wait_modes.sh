@@ -3,19 +3,22 @@
 # client's stream (--stream_order_wait=cpu and =gpu), one fresh daemon per
 # mode, with a watchdog: a test run that outlasts WATCHDOG_S gets every
 # daemon thread's stack dumped (gdb, else cuda-gdb) before it is stopped, so
-# that a hang says who waits for whom. Prints each mode's unittest summary;
-# writes $OUT/wait_modes/MODE.log (the tests' output, the daemon's log's
-# tail) and, after a hang, MODE.threads.txt.
+# that a hang says who waits for whom; and when the tests print nothing for
+# QUIET_S (a stall that ends by itself, or a test that loops to its
+# deadline), the stacks of the daemon and of the tests' process, once per
+# quiet spell. Prints each mode's unittest summary; writes
+# $OUT/wait_modes/MODE.log (the tests' output, the daemon's log's tail),
+# MODE.quiet.txt after quiet spells and MODE.threads.txt after a hang.
 #
 # Usage, from the repo root on the GPU machine after tests/gpu/bundle.sh and
 # tests/gpu/python/build_native_for_device.sh:
 #   run(command="bash tests/gpu/python/wait_modes.sh",
 #       carry=["bundle", "client/python/matmul_client/_native...so"])
 # Env: MODES ("gpu cpu"), TESTS (a unittest -k pattern; default every test),
-# WATCHDOG_S (150), DAEMON_FLAGS (more matmul-server flags).
+# WATCHDOG_S (150), QUIET_S (15), DAEMON_FLAGS (more matmul-server flags).
 set -euo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
   exit 0
 fi
 cd "$(dirname "$0")/../../.."
@@ -25,6 +28,12 @@ mkdir -p "$res"
 source tests/gpu/bundle_env.sh
 source tests/gpu/cuda_daemon.sh
 debugger=$(command -v gdb || command -v cuda-gdb || true)
+# The stacks of process $1 (all threads), appended to file $2.
+dump_threads() {
+  [ -n "$debugger" ] || return 0
+  timeout 60 "$debugger" -batch -ex "thread apply all bt" -p "$1" \
+    >>"$2" 2>&1 || true
+}
 filter=()
 if [ -n "${TESTS:-}" ]; then filter=(-k "$TESTS"); fi
 rc=0
@@ -38,17 +47,28 @@ for mode in ${MODES:-gpu cpu}; do
     python3 -m unittest discover -v -s tests/gpu/python -p 'test_*.py' \
     "${filter[@]}" >"$log" 2>&1 &
   tests=$!
+  size=-1 quiet_since=$SECONDS dumped=0
   while kill -0 "$tests" 2>/dev/null &&
     ((SECONDS - start < ${WATCHDOG_S:-150})); do
     sleep 1
+    now_size=$(stat -c %s "$log")
+    if [ "$now_size" != "$size" ]; then
+      size=$now_size quiet_since=$SECONDS dumped=0
+    elif ((!dumped && SECONDS - quiet_since >= ${QUIET_S:-15})); then
+      dumped=1
+      quiet=$res/$mode.quiet.txt
+      echo "$mode: quiet for ${QUIET_S:-15} s after: $(tail -c 200 "$log" |
+        tr '\n' ' ')" | tee -a "$quiet"
+      echo "== daemon (pid $server)" >>"$quiet"
+      dump_threads "$server" "$quiet"
+      echo "== tests (pid $tests)" >>"$quiet"
+      dump_threads "$tests" "$quiet"
+    fi
   done
   if kill -0 "$tests" 2>/dev/null; then
     echo "$mode: still running after ${WATCHDOG_S:-150} s; daemon threads" \
       "in $res/$mode.threads.txt"
-    if [ -n "$debugger" ]; then
-      timeout 60 "$debugger" -batch -ex "thread apply all bt" -p "$server" \
-        >"$res/$mode.threads.txt" 2>&1 || true
-    fi
+    dump_threads "$server" "$res/$mode.threads.txt"
     kill "$tests" 2>/dev/null || true
   fi
   mode_rc=0
