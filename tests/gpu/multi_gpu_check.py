@@ -1,26 +1,33 @@
 """Several GPUs behind one daemon (`matmul-server --cuda_devices=all`),
 driven by the Python client. Run by tests/gpu/steps/multi_gpu.sh (first
-argument: the daemon's target); with fewer than two GPUs it prints SKIP and
-exits 0.
+argument: the daemon's target; second: its metrics URL); with fewer than
+two GPUs it prints SKIP and exits 0.
 
 Checks, each against torch.matmul in FP32 on the same inputs (relative norm
 error < 1e-2): CUDA tensors on each GPU (cuda_ipc regions) run on that GPU
 (the response's device_index), one client thread per GPU at once, NT and NN;
-CPU tensors (shared memory) run on some GPU. Then a figure, not a check:
+CPU tensors (shared memory) run on some GPU; a product whose operands sit
+on two GPUs is refused (FAILED_PRECONDITION, "one GPU"). The metrics count
+launches on every GPU, and each device label's UUID (matmul_device_info,
+what the dashboard joins DCGM on) is that GPU's. Then a figure, not a check:
 products per second of 8192x8192x4096 NT with two client threads on GPU 0
 alone, and with two on each GPU (wall clock over the Python client, and the
 sum of the kernel times the daemon reported per GPU). Prints one line per
 case; exits non-zero if any failed.
 """
+import re
 import sys
 import threading
 import time
+import urllib.request
 
+import grpc
 import torch
 
 import matmul_client
 
 TARGET = sys.argv[1]
+METRICS = sys.argv[2] if len(sys.argv) > 2 else None
 GPUS = torch.cuda.device_count()
 if GPUS < 2:
     print(f"SKIP: {GPUS} GPU(s); this check needs two")
@@ -81,6 +88,54 @@ with matmul_client.Client(TARGET) as client:
     devices = client.server_info().devices
     report(len(devices) == GPUS, f"GetServerInfo lists {len(devices)} "
            f"devices for {GPUS} GPUs", "server info")
+
+    a = torch.randn(64, 128, device="cuda:0", dtype=torch.bfloat16)
+    b = torch.randn(128, 32, device="cuda:1", dtype=torch.bfloat16)
+    try:
+        client.matmul(a, b)
+        client.synchronize()  # a stream-ordered product's error raises here
+        refused = None
+    except matmul_client.MatmulError as caught:
+        refused = caught
+    report(refused is not None and
+           refused.code == grpc.StatusCode.FAILED_PRECONDITION and
+           "one GPU" in refused.details,
+           f"operands on cuda:0 and cuda:1: {refused!r}", "two-GPU operands")
+
+
+def check_metrics():
+    """Launches counted on every GPU; each device's UUID label is its own."""
+    text = urllib.request.urlopen(METRICS, timeout=10).read().decode()
+    launches, uuids = {}, {}
+    for line in text.splitlines():
+        m = re.match(r'matmul_launch_duration_seconds_count\{.*'
+                     r'device="(\w+)".*\} (\S+)', line)
+        if m:
+            launches[m.group(1)] = launches.get(m.group(1), 0) + \
+                float(m.group(2))
+        m = re.match(r'matmul_device_info\{(.*)\} ', line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            uuids[labels["device"]] = labels["uuid"]
+    for device in range(GPUS):
+        count = launches.get(str(device), 0)
+        report(count > 0, f"metrics: {count:.0f} launches on device "
+               f"{device}", f"launches on {device}")
+        want = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+        if want is None:
+            print(f"INFO device {device}: torch gives no UUID to compare "
+                  f"with {uuids.get(str(device))}")
+            continue
+        got = uuids.get(str(device), "")
+
+        def bare(uuid):
+            return str(uuid).lower().removeprefix("gpu-").replace("-", "")
+        report(bare(got) == bare(want), f"metrics: device {device} has UUID "
+               f"{got} (torch: {want})", f"uuid of {device}")
+
+
+if METRICS:
+    check_metrics()
 
 
 def throughput(devices, threads_per_device=2, rounds=40):
