@@ -95,6 +95,14 @@ absl::Status QueueClientWaits(const CudaDriverApi& api,
   return absl::OkStatus();
 }
 
+void ReleaseQueuedWaits(absl::Span<const GemmProblem* const> problems) {
+  for (const GemmProblem* p : problems) {
+    const StreamOrder* order = p->stream_order;
+    if (order == nullptr) continue;
+    order->wait_host->store(order->wait_value, std::memory_order_release);
+  }
+}
+
 absl::Status AwaitQueuedWaits(absl::Span<const GemmProblem* const> problems,
                               const std::function<bool()>& done) {
   absl::Status status;
@@ -105,13 +113,7 @@ absl::Status AwaitQueuedWaits(absl::Span<const GemmProblem* const> problems,
     if (status.ok() && now >= next_check && !AllReached(problems)) {
       status = GiveUpStatus(problems);
       next_check = now + kGiveUpPeriod;
-      if (!status.ok()) {
-        for (const GemmProblem* p : problems) {
-          const StreamOrder* order = p->stream_order;
-          if (order == nullptr) continue;
-          order->wait_host->store(order->wait_value, std::memory_order_release);
-        }
-      }
+      if (!status.ok()) ReleaseQueuedWaits(problems);
     }
     if (now - start < kSpin) {
       for (int i = 0; i < 64; ++i) ring::CpuRelax();

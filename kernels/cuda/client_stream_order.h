@@ -47,10 +47,16 @@ absl::Status QueueClientWaits(const CudaDriverApi& api,
                               absl::Span<const GemmProblem* const> problems,
                               cudaStream_t stream);
 
+// Writes every wait word's value from here, so that the waits queued on
+// the GPU for it end whether or not the client's stream gets there (a
+// client given up on, or gone). The client's stream writes the same value,
+// so this is harmless to it until its answer frees the word pair.
+void ReleaseQueuedWaits(absl::Span<const GemmProblem* const> problems);
+
 // Returns once done() is true, polling it. While a wait word has not
 // reached its value, give_up is asked now and then; its first non-OK
-// status writes every wait word from here (so that the waits queued on the
-// GPU end and the products run) and is returned once done() is true.
+// status releases the queued waits (ReleaseQueuedWaits: the products run)
+// and is returned once done() is true.
 absl::Status AwaitQueuedWaits(absl::Span<const GemmProblem* const> problems,
                               const std::function<bool()>& done);
 

@@ -223,7 +223,12 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
       p, slot, /*after_slot_work=*/false, signal, wait_on_gpu ? &wait : nullptr,
       [&launch] { launch.MarkLaunched(); });
   launch.MarkLaunched();  // a failure before the launch
-  if (!info.ok()) return info.status();
+  if (!info.ok()) {
+    // The slot goes back to the pool: its stream must not keep waiting for
+    // a client stream that may never get there.
+    if (wait_on_gpu) ReleaseQueuedWaits(one);
+    return info.status();
+  }
   StoreClientSignals(one);
   return info;
 }

@@ -1,7 +1,9 @@
 // The CPU side of a stream-ordered product's wait (client_stream_order.h):
 // WaitForClientStreams returns once the client's stream has written its
 // word, or once the caller has had enough (every earlier product of the
-// client launched, in the CUDA backend), or with give_up's error. No GPU.
+// client launched, in the CUDA backend), or with give_up's error; a wait
+// queued on the GPU (AwaitQueuedWaits) is released from the host when the
+// client is given up on. No GPU: the GPU's wait is played by done().
 #include "kernels/cuda/client_stream_order.h"
 
 #include <atomic>
@@ -92,6 +94,49 @@ TEST(ClientStreamOrderTest, GiveUpEndsAWaitForAStreamThatNeverGetsThere) {
   EXPECT_EQ(WaitForClientStreams(one, [] { return false; }).code(),
             absl::StatusCode::kDeadlineExceeded);
   EXPECT_EQ(asked, 3);
+}
+
+// The GPU's wait ends once the word reaches its value; a client given up
+// on never writes it, so the daemon does, and reports give_up's error.
+TEST(ClientStreamOrderTest, AQueuedWaitForAClientGivenUpOnIsReleased) {
+  std::atomic<uint32_t> word{0};
+  Ordered ordered(&word, 9);
+  int asked = 0;
+  ordered.order.give_up = [&] {
+    return ++asked < 2 ? absl::OkStatus()
+                       : absl::CancelledError("the client went away");
+  };
+  const GemmProblem* one[] = {&ordered.problem};
+  const absl::Status status = AwaitQueuedWaits(
+      one, [&] { return word.load(std::memory_order_acquire) == 9; });
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(word.load(), 9u);
+  EXPECT_EQ(asked, 2);
+}
+
+TEST(ClientStreamOrderTest, AQueuedWaitOfAReachedWordIsNotAskedAbout) {
+  std::atomic<uint32_t> word{9};
+  Ordered ordered(&word, 9);
+  bool asked = false;
+  ordered.order.give_up = [&] {
+    asked = true;
+    return absl::CancelledError("not to be asked");
+  };
+  const GemmProblem* one[] = {&ordered.problem};
+  // The GPU takes a while to run the product after its wait.
+  const absl::Time done = absl::Now() + absl::Milliseconds(20);
+  EXPECT_TRUE(AwaitQueuedWaits(one, [&] { return absl::Now() > done; }).ok());
+  EXPECT_FALSE(asked);
+}
+
+TEST(ClientStreamOrderTest, ReleasedWaitsHoldTheirValues) {
+  std::atomic<uint32_t> first{3}, second{0};
+  Ordered a(&first, 4), b(&second, 0xfffffff0u);
+  GemmProblem plain;  // not stream-ordered: left alone
+  const GemmProblem* problems[] = {&a.problem, &plain, &b.problem};
+  ReleaseQueuedWaits(problems);
+  EXPECT_EQ(first.load(), 4u);
+  EXPECT_EQ(second.load(), 0xfffffff0u);
 }
 
 }  // namespace
