@@ -1,10 +1,23 @@
 #include "kernels/cuda/stream_slots.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace matmul::cuda {
+namespace {
+
+// How long HoldAll keeps the slots it has while it waits for the rest, at
+// first; doubled on each try, up to the most, so that slots busy with long
+// products are gathered in the end.
+constexpr absl::Duration kFirstPatience = absl::Milliseconds(20);
+constexpr absl::Duration kMaxPatience = absl::Seconds(1);
+constexpr absl::Duration kStepAside = absl::Milliseconds(1);
+
+}  // namespace
 
 StreamSlotLease::StreamSlotLease(StreamSlotLease&& other) noexcept
     : pool_(std::exchange(other.pool_, nullptr)),
@@ -43,9 +56,19 @@ StreamSlotPool::StreamSlotPool(int device,
 }
 
 absl::StatusOr<StreamSlotLease> StreamSlotPool::Acquire() {
+  ASSIGN_OR_RETURN(std::optional<StreamSlotLease> lease,
+                   AcquireBy(absl::InfiniteFuture()));
+  return *std::move(lease);
+}
+
+absl::StatusOr<std::optional<StreamSlotLease>> StreamSlotPool::AcquireBy(
+    absl::Time deadline) {
   ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(device_));
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(this, &StreamSlotPool::AnyFree));
+  if (!mu_.AwaitWithDeadline(absl::Condition(this, &StreamSlotPool::AnyFree),
+                             deadline)) {
+    return std::nullopt;
+  }
   StreamSlot* slot = free_.back();
   free_.pop_back();
   return StreamSlotLease(*this, slot, std::move(scoped));
@@ -57,13 +80,28 @@ void StreamSlotPool::Release(StreamSlot* slot) {
 }
 
 std::shared_ptr<void> StreamSlotPool::HoldAll() {
-  auto held = std::make_shared<std::vector<StreamSlotLease>>();
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    absl::StatusOr<StreamSlotLease> lease = Acquire();
-    if (!lease.ok()) return nullptr;
-    held->push_back(*std::move(lease));
+  absl::Duration patience = kFirstPatience;
+  while (true) {
+    auto held = std::make_shared<std::vector<StreamSlotLease>>();
+    // The first slot is waited for as long as it takes: holding none, the
+    // wait holds up nobody.
+    absl::StatusOr<StreamSlotLease> first = Acquire();
+    if (!first.ok()) return nullptr;
+    held->push_back(*std::move(first));
+    const absl::Time give_back = absl::Now() + patience;
+    while (held->size() < slots_.size()) {
+      absl::StatusOr<std::optional<StreamSlotLease>> lease =
+          AcquireBy(give_back);
+      if (!lease.ok()) return nullptr;
+      if (!lease->has_value()) break;
+      held->push_back(**std::move(lease));
+    }
+    if (held->size() == slots_.size()) return held;
+    held.reset();
+    // Long enough for the callers waiting for a slot to take one.
+    absl::SleepFor(kStepAside);
+    patience = std::min(2 * patience, kMaxPatience);
   }
-  return held;
 }
 
 }  // namespace matmul::cuda

@@ -8,11 +8,13 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "kernels/cuda/cuda_resources.h"
 
 namespace matmul::cuda {
@@ -70,7 +72,11 @@ class StreamSlotPool {
   absl::StatusOr<StreamSlotLease> Acquire();
 
   // Every slot (e.g. to pause serving while the selector times a key);
-  // null if the device cannot be made current.
+  // null if the device cannot be made current. Takes them one at a time
+  // as they come free, but gives back those it took when the rest do not
+  // come within a while, and tries again: a slot may be held by a product
+  // whose wait on the GPU ends only once another product has had a slot
+  // (products of several clients queued on one CUDA stream).
   std::shared_ptr<void> HoldAll();
 
   size_t size() const { return slots_.size(); }
@@ -78,6 +84,8 @@ class StreamSlotPool {
  private:
   friend class StreamSlotLease;
   StreamSlotPool(int device, std::vector<std::unique_ptr<StreamSlot>> slots);
+  // Acquire, giving up at `deadline`: nullopt then.
+  absl::StatusOr<std::optional<StreamSlotLease>> AcquireBy(absl::Time deadline);
   void Release(StreamSlot* slot);
   bool AnyFree() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !free_.empty();
