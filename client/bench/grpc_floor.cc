@@ -103,6 +103,8 @@ json ToJson(const ThroughputStats& s) {
 json ToJson(const MatmulLatency& m) {
   return {{"overhead", ToJson(m.overhead)},
           {"end_to_end", ToJson(m.end_to_end)},
+          {"in_daemon", ToJson(m.in_daemon)},
+          {"outside_daemon", ToJson(m.outside_daemon)},
           {"median_kernel_us", m.median_kernel_us}};
 }
 
@@ -266,6 +268,8 @@ absl::Status Run() {
     auto compare_latency = [&](const std::string& name,
                                const MatmulLatency& m) {
       PrintLatency(absl::StrCat(name, ", e2e - kernel"), m.overhead);
+      PrintLatency("  of it in the daemon", m.in_daemon);
+      PrintLatency("  of it outside (gRPC, client)", m.outside_daemon);
       std::printf(
           "  %-34s %+8.1f us over the %s ping-pong p50 (%.2fx), kernel "
           "%.1f us\n",

@@ -146,7 +146,7 @@ absl::StatusOr<MatmulLatency> MatmulOverhead(
     const matmul::v1::MatmulRequest& request, const ProbeOptions& options) {
   std::unique_ptr<matmul::v1::MatmulService::Stub> stub =
       matmul::v1::MatmulService::NewStub(channel);
-  std::vector<double> overhead, end_to_end, kernel;
+  std::vector<double> overhead, end_to_end, kernel, in_daemon, outside;
   overhead.reserve(static_cast<size_t>(options.calls));
   for (int i = 0; i < options.warmup + options.calls; ++i) {
     matmul::v1::MatmulResponse response;
@@ -159,10 +159,15 @@ absl::StatusOr<MatmulLatency> MatmulOverhead(
     end_to_end.push_back(elapsed);
     kernel.push_back(kernel_seconds);
     overhead.push_back(elapsed - kernel_seconds);
+    const double total_seconds = response.timing().total_seconds();
+    in_daemon.push_back(total_seconds - kernel_seconds);
+    outside.push_back(elapsed - total_seconds);
   }
   MatmulLatency latency;
   latency.overhead = SummarizeLatency(std::move(overhead));
   latency.end_to_end = SummarizeLatency(std::move(end_to_end));
+  latency.in_daemon = SummarizeLatency(std::move(in_daemon));
+  latency.outside_daemon = SummarizeLatency(std::move(outside));
   latency.median_kernel_us = Median(std::move(kernel)) * 1e6;
   return latency;
 }

@@ -49,6 +49,11 @@ struct MatmulLatency {
   // End to end minus the response's timing.kernel_seconds.
   LatencyStats overhead;
   LatencyStats end_to_end;
+  // Where the overhead is: inside the daemon (timing.total_seconds, from
+  // accepting the request to answering it, minus the kernel) and outside
+  // it (end to end minus total_seconds: gRPC both ways and this client).
+  LatencyStats in_daemon;
+  LatencyStats outside_daemon;
   double median_kernel_us = 0;
 };
 
