@@ -4,12 +4,15 @@
 #                                               server
 #   stop_cuda_daemon [log lines]                SIGTERM, prints the log's tail,
 #                                               returns the daemon's exit code
-# SERVER names the matmul-server binary (default bundle/matmul-server).
+# SERVER names the matmul-server binary (default bundle/matmul-server);
+# CUDA_DAEMON_FLAGS, flags for every daemon started (e.g.
+# --cuda_devices=all, to run the steps on every GPU), before the step's own.
 start_cuda_daemon() {
   dir=${dir:-$(mktemp -d)}
   sock="unix:$dir/matmul.sock"
-  ${SERVER:-bundle/matmul-server} --backend=cuda --listen="$sock" "$@" \
-    >"$dir/server.log" 2>&1 &
+  # shellcheck disable=SC2086  # CUDA_DAEMON_FLAGS is a list of flags
+  ${SERVER:-bundle/matmul-server} --backend=cuda --listen="$sock" \
+    ${CUDA_DAEMON_FLAGS:-} "$@" >"$dir/server.log" 2>&1 &
   server=$!
   for _ in $(seq 100); do  # the daemon needs a moment to bind its socket
     [ -S "$dir/matmul.sock" ] && break

@@ -9,7 +9,8 @@
 # Env: BENCH_REPEAT (3), BENCH_ARGS (extra matmul-bench flags),
 #      TEST_FILTER (gtest filter), TESTS (space-separated test binaries to
 #      run; default all), STEPS (space-separated tests/gpu/steps names to
-#      run; default all), SKIP_BENCH=1, SKIP_TORCH=1.
+#      run; default all), SKIP_BENCH=1, SKIP_TORCH=1, CUDA_DAEMON_FLAGS
+#      (flags for every daemon the steps start, e.g. --cuda_devices=all).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
