@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by tests/gpu/steps/*.sh: a CUDA daemon on a fresh unix socket.
 #   start_cuda_daemon [matmul-server flags...]  sets dir (unless set: flags
 #                                               may name files in it), sock,

@@ -12,7 +12,7 @@
 #      run; default all), SKIP_BENCH=1, SKIP_TORCH=1, CUDA_DAEMON_FLAGS
 #      (flags for every daemon the steps start, e.g. --cuda_devices=all).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 source tests/gpu/bundle_env.sh
@@ -61,6 +61,7 @@ for t in bundle/*_test; do
 done
 
 if [ -z "${SKIP_BENCH:-}" ] && [ -x bundle/matmul-bench ]; then
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of flags
   step matmul-bench 420 bundle/matmul-bench --repeat="${BENCH_REPEAT:-3}" \
     --json="$OUT/bench.json" ${BENCH_ARGS:-}
   # The table itself, for the reply's tail and for bench.txt.
