@@ -14,7 +14,7 @@ namespace {
 // first; doubled on each try, up to the most, so that slots busy with long
 // products are gathered in the end.
 constexpr absl::Duration kFirstPatience = absl::Milliseconds(20);
-constexpr absl::Duration kMaxPatience = absl::Seconds(1);
+constexpr absl::Duration kMaxPatience = absl::Seconds(5);
 constexpr absl::Duration kStepAside = absl::Milliseconds(1);
 
 }  // namespace
