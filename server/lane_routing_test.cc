@@ -20,6 +20,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "server/matmul_service.h"
 #include "server/regions/test_region.h"
+#include "server/test_lane.h"
 
 namespace matmul {
 namespace {
@@ -101,22 +102,10 @@ class LaneRoutingTest : public ::testing::Test {
     for (int device = 0; device < kDevices; ++device) {
       auto backend = std::make_unique<FakeGpuBackend>(device);
       backends_.push_back(backend.get());
-      DeviceLane lane;
-      lane.backend = std::move(backend);
-      metrics_->AddDevice(ServerMetrics::DeviceLabel(*lane.backend),
-                          lane.backend->devices().front(),
+      metrics_->AddDevice(ServerMetrics::DeviceLabel(*backend),
+                          backend->devices().front(),
                           [] { return BackendGauges{}; });
-      lane.region_opener = std::make_unique<RegionOpener>(
-          RegionOpenOptions{.cuda_device = device});
-      lane.runner =
-          std::make_unique<MatmulRunner>(*lane.backend, *metrics_, device);
-      MatmulRunner* runner = lane.runner.get();
-      lane.executor = *ProductExecutor::Create(
-          {.worker_threads = 1, .batching = {.max_batch_size = 1}},
-          [runner](std::vector<std::unique_ptr<PendingProduct>> batch) {
-            runner->RunBatch(std::move(batch));
-          });
-      lanes_.push_back(std::move(lane));
+      lanes_.push_back(MakeTestLane(std::move(backend), *metrics_, device));
     }
     service_ = std::make_unique<MatmulServiceImpl>(
         lanes_, *metrics_, registry_, ValidationLimits{},

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "server/test_lane.h"
 
 namespace matmul {
 namespace {
@@ -54,17 +55,7 @@ class MatmulServiceTest : public ::testing::Test {
         registry_({}) {
     auto backend = std::make_unique<GatedBackend>();
     backend_ = backend.get();
-    DeviceLane lane;
-    lane.backend = std::move(backend);
-    lane.region_opener = std::make_unique<RegionOpener>(RegionOpenOptions{});
-    lane.runner = std::make_unique<MatmulRunner>(*lane.backend, *metrics_, 0);
-    MatmulRunner* runner = lane.runner.get();
-    lane.executor = *ProductExecutor::Create(
-        {.worker_threads = 1, .batching = {.max_batch_size = 1}},
-        [runner](std::vector<std::unique_ptr<PendingProduct>> batch) {
-          runner->RunBatch(std::move(batch));
-        });
-    lanes_.push_back(std::move(lane));
+    lanes_.push_back(MakeTestLane(std::move(backend), *metrics_, 0));
     service_ = std::make_unique<MatmulServiceImpl>(
         lanes_, *metrics_, registry_, ValidationLimits{},
         /*max_concurrent_requests=*/64, /*max_in_flight_per_client=*/1,
