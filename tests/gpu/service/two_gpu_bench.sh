@@ -14,7 +14,9 @@
 #       kind="nvidia-h200-x2")
 # Env: OUT (default ./gpu-out; writes $OUT/two_gpu_bench/), CASES
 # ("shape:clients" pairs, default "5120x2048x2048:8 16x4096x4096:16"),
-# WINDOW (bench --duration, 3s), CLI and SERVER (default bundle/...).
+# WINDOW (bench --duration, 3s), BENCH_FLAGS (more matmul-cli bench flags,
+# e.g. --rings=2 where gRPC caps the small shape's requests/s), CLI and
+# SERVER (default bundle/...).
 set -euo pipefail
 if [ "${1:-}" = --help ] || [ "${1:-}" = -h ]; then
   sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
@@ -41,10 +43,11 @@ trap 'stop_cuda_daemon 10 || true' EXIT
 # bench GPU CLIENTS SHAPE NAME: matmul-cli bench on GPU `GPU` alone (as the
 # client sees it), CLIENTS in flight, results in $res/NAME.json.
 bench() {
+  # shellcheck disable=SC2086  # BENCH_FLAGS is a list of flags
   CUDA_VISIBLE_DEVICES=$1 "$CLI" bench --target="$sock" --mode=ipc \
     --shape="$3" --transpose_b --concurrency="$2" --warmup=2s \
     --duration="${WINDOW:-3s}" --max_windows=3 --stable_windows=3 \
-    --label="$4" --save="$res/$4.json" >"$res/$4.txt" 2>&1
+    --label="$4" --save="$res/$4.json" ${BENCH_FLAGS:-} >"$res/$4.txt" 2>&1
 }
 
 launches() {
