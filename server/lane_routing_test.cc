@@ -10,9 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "client/request_builder.h"
 #include "gmock/gmock.h"
@@ -20,6 +18,7 @@
 #include "kernels/cpu/cpu_backend.h"
 #include "server/matmul_service.h"
 #include "server/regions/test_region.h"
+#include "server/test_exposition.h"
 #include "server/test_lane.h"
 
 namespace matmul {
@@ -71,24 +70,6 @@ struct Answer {
   absl::Notification done;
   absl::Status status;
 };
-
-// The samples of `family` whose labels include device="<device>", summed.
-double SumForDevice(const std::string& scrape, const std::string& family,
-                    int device) {
-  const std::string label = absl::StrCat("device=\"", device, "\"");
-  double sum = 0.0;
-  for (absl::string_view line : absl::StrSplit(scrape, '\n')) {
-    if (!absl::StartsWith(line, absl::StrCat(family, "{"))) continue;
-    const size_t close = line.find('}');
-    if (close == absl::string_view::npos ||
-        line.substr(0, close).find(label) == absl::string_view::npos) {
-      continue;
-    }
-    double value = 0.0;
-    if (absl::SimpleAtod(line.substr(close + 1), &value)) sum += value;
-  }
-  return sum;
-}
 
 class LaneRoutingTest : public ::testing::Test {
  protected:
@@ -194,10 +175,9 @@ class LaneRoutingTest : public ::testing::Test {
   // recorded there once all its products are answered).
   int Launches(int device) const {
     const int launches = backends_[device]->launches;
-    auto counted = [&] {
-      return SumForDevice(metrics_->Scrape(),
-                          "matmul_launch_duration_seconds_count", device);
-    };
+    const std::string series = absl::StrCat(
+        "matmul_launch_duration_seconds_count{device=\"", device, "\"}");
+    auto counted = [&] { return Sample(Parse(metrics_->Scrape()), series); };
     const absl::Time deadline = absl::Now() + absl::Seconds(30);
     while (counted() != launches && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(1));
