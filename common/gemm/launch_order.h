@@ -1,14 +1,15 @@
-// The stream-ordered products of one client (those whose words share a
-// region) in the order the daemon accepted them, and which of them are
-// launched (their kernel queued on the GPU). A product may wait for its
-// client's stream on the GPU only once every product accepted before it
-// is launched: a wait on the GPU then depends only on work already on the
-// GPU (the client's and the daemon's), never on a product some worker has
-// yet to launch, so a call that synchronizes the daemon's context (a lazy
-// kernel load, a cudaFree) waits for it at most until the client's stream
-// gets there, and cannot deadlock with it.
+// The stream-ordered products of one client process (all its sessions:
+// two clients of a process may queue products on one CUDA stream) in the
+// order the daemon accepted them, and which of them are launched (their
+// kernel queued on the GPU). A product may wait for its client's stream on
+// the GPU only once every product accepted before it is launched: a wait
+// on the GPU then depends only on work already on the GPU (the client's and
+// the daemon's), never on a product some worker has yet to launch, so a
+// call that synchronizes the daemon's context (a lazy kernel load, a
+// cudaFree) waits for it at most until the client's stream gets there, and
+// cannot deadlock with it.
 //
-//   LaunchOrder order;                    // one per client's words
+//   LaunchOrder order;                    // one per client process
 //   LaunchOrder::Ticket t = order.Take();  // as each product is accepted
 //   if (t.EarlierLaunched()) { /* may queue its wait on the GPU */ }
 //   t.MarkLaunched();                      // its kernel is queued

@@ -11,9 +11,10 @@
 //               daemon's is held until then, and so is any call that
 //               synchronizes the daemon's context (a cudaFree, a lazy
 //               kernel load); so a product waits on the GPU only once every
-//               earlier product of its client is launched (launch_order.h),
-//               which keeps such a call from waiting for a product no
-//               worker has launched yet, and waits on the CPU before that.
+//               earlier product of its client's process is launched
+//               (launch_order.h), which keeps such a call from waiting for
+//               a product no worker has launched yet, and waits on the CPU
+//               before that.
 //               A wait the client never ends is ended by the daemon's CPU
 //               writing the word itself, when give_up says so.
 // Either way the signal is written by the daemon's stream right behind the

@@ -165,12 +165,12 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
   // A stream-ordered product waits for its client's stream before it takes
-  // a slot: that stream may wait for an earlier product of the client,
-  // which needs a slot too, as does the background tuner (which takes them
-  // all). On the CPU until the stream gets there, or, where the wait may
-  // go to the GPU, only until every earlier product of the client is
-  // launched, whichever comes first: decided once, a product taken while
-  // its predecessor was still on its way would wait on the CPU, and so,
+  // a slot: that stream may wait for an earlier product of the client's
+  // process, which needs a slot too, as does the background tuner (which
+  // takes them all). On the CPU until the stream gets there, or, where the
+  // wait may go to the GPU, only until every earlier product of that
+  // process is launched, whichever comes first: decided once, a product taken
+  // while its predecessor was still on its way would wait on the CPU, and so,
   // one after another, would every product behind it.
   bool wait_on_gpu = false;
   if (p.stream_order != nullptr) {

@@ -10,7 +10,6 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/gemm/launch_order.h"
 
 namespace matmul {
 
@@ -46,13 +45,6 @@ class Region {
   // (FAILED_PRECONDITION, saying why) every product that used it since is
   // suspect and the region serves no more.
   virtual absl::Status CheckIntact() const { return absl::OkStatus(); }
-
-  // The stream-ordered products whose words lie in this region (one
-  // client's), in the order they were accepted.
-  LaunchOrder& launch_order() { return launch_order_; }
-
- private:
-  LaunchOrder launch_order_;
 };
 
 }  // namespace matmul

@@ -29,6 +29,15 @@ std::string RegionRegistry::OpenSession(const std::string& client_name,
   session->owner.pidfd = -1;  // borrowed for the call only
   std::string id = RandomId();
   absl::MutexLock lock(&mu_);
+  for (const auto& [other_id, other] : sessions_) {
+    if (other->owner.same_process(owner)) {
+      session->launch_order = other->launch_order;
+      break;
+    }
+  }
+  if (session->launch_order == nullptr) {
+    session->launch_order = std::make_shared<LaunchOrder>();
+  }
   sessions_.emplace(id, std::move(session));
   return id;
 }
@@ -126,6 +135,13 @@ absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Find(
   ASSIGN_OR_RETURN(RegionMap::iterator entry,
                    FindRegionIn(*session, region_id));
   return entry->second;
+}
+
+absl::StatusOr<LaunchOrder::Ticket> RegionRegistry::TakeLaunchTicket(
+    const std::string& session_id) const {
+  absl::ReaderMutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Session * session, FindSession(session_id));
+  return session->launch_order->Take();
 }
 
 absl::StatusOr<std::vector<RegionSummary>> RegionRegistry::List(

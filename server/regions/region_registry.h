@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/gemm/launch_order.h"
 #include "server/regions/region.h"
 #include "server/transport/peer_credentials.h"
 
@@ -72,6 +73,14 @@ class RegionRegistry {
   absl::StatusOr<std::shared_ptr<Region>> Find(
       const std::string& session_id, const std::string& region_id) const;
 
+  // A place for a stream-ordered product of the session, among those of
+  // every session of the same process, in the order they are accepted: a
+  // process's clients may queue products on one CUDA stream, so a product
+  // of one may wait for another's (launch_order.h). NOT_FOUND for an
+  // unknown session.
+  absl::StatusOr<LaunchOrder::Ticket> TakeLaunchTicket(
+      const std::string& session_id) const;
+
   int session_count() const;
   int region_count() const;
   // Regions registered now and their bytes, by kind (for the metrics).
@@ -89,6 +98,8 @@ class RegionRegistry {
     int64_t bytes = 0;
     int rings = 0;
     RegionMap regions;
+    // Shared by the sessions of one process.
+    std::shared_ptr<LaunchOrder> launch_order;
   };
 
   absl::StatusOr<Session*> FindSession(const std::string& session_id) const

@@ -143,6 +143,41 @@ TEST(RegionRegistryTest, ClosingASessionReleasesItsRegions) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(RegionRegistryTest, ASessionQueuesBehindTheOtherSessionsOfItsProcess) {
+  // Two clients of one process may queue products on one CUDA stream: a
+  // product of the second must not wait on the GPU while one the first
+  // sent earlier is not launched yet.
+  RegionRegistry registry({});
+  const std::string first = registry.OpenSession("first", kOwner);
+  const std::string second = registry.OpenSession("second", kOwner);
+  const std::string stranger = registry.OpenSession("other", kOtherProcess);
+  absl::StatusOr<LaunchOrder::Ticket> earlier =
+      registry.TakeLaunchTicket(first);
+  ASSERT_TRUE(earlier.ok()) << earlier.status();
+  absl::StatusOr<LaunchOrder::Ticket> later = registry.TakeLaunchTicket(second);
+  absl::StatusOr<LaunchOrder::Ticket> elsewhere =
+      registry.TakeLaunchTicket(stranger);
+  ASSERT_TRUE(later.ok() && elsewhere.ok());
+  EXPECT_TRUE(earlier->EarlierLaunched());
+  EXPECT_FALSE(later->EarlierLaunched());
+  EXPECT_TRUE(elsewhere->EarlierLaunched());  // its own process's order
+  earlier->MarkLaunched();
+  EXPECT_TRUE(later->EarlierLaunched());
+
+  // The order outlives the session that made it while the process has
+  // another one open.
+  absl::StatusOr<LaunchOrder::Ticket> pending =
+      registry.TakeLaunchTicket(second);
+  ASSERT_TRUE(pending.ok());
+  registry.CloseSession(first);
+  const std::string third = registry.OpenSession("third", kOwner);
+  absl::StatusOr<LaunchOrder::Ticket> behind = registry.TakeLaunchTicket(third);
+  ASSERT_TRUE(behind.ok());
+  EXPECT_FALSE(behind->EarlierLaunched());
+  EXPECT_EQ(registry.TakeLaunchTicket("no-such-session").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(RegionRegistryTest, RingQuotaCountsAttachedRings) {
   RegionRegistry registry({.max_rings_per_session = 2});
   const std::string session = registry.OpenSession("r", kOwner);
