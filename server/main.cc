@@ -86,8 +86,8 @@ ABSL_FLAG(std::string, stream_order_wait, "cpu",
           "worker queues a wait for the word on its stream and the product "
           "behind it, which then starts as soon as the client's stream gets "
           "there (no launch latency between a client's products); a product "
-          "does so once every earlier product of its client is launched, and "
-          "waits on the CPU before that.");
+          "does so once every earlier product of its client's process is "
+          "launched, and waits on the CPU before that.");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");
