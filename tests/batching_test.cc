@@ -74,6 +74,14 @@ TEST(BatchingTest, RequestsQueuedTogetherShareALaunchAndGetTheirOwnResults) {
   // 20 of one key queued while the worker was busy: batches of 8, 8, 4; the
   // other key's 4 run together.
   EXPECT_EQ(largest, 8);
+  // A launch's metrics are recorded just after its answers
+  // (server/matmul_runner.cc): the last launch's may still be on the way.
+  EXPECT_TRUE(WaitFor([&] {
+    return MetricValue(
+               daemon.server().metrics().Scrape(),
+               "matmul_launch_duration_seconds_count{device=\"cpu\"}") ==
+           1 + 3 + 1;
+  }));
   const std::string scrape = daemon.server().metrics().Scrape();
   EXPECT_EQ(MetricValue(scrape, "matmul_batch_size_count{device=\"cpu\"}"),
             1 + 3 + 1);
