@@ -1,0 +1,600 @@
+"""A LoRA training step through the daemon against the same step in torch,
+in one process (issue 33's first done-when line): one Qwen-like MLP block
+at the seed's shapes (5120 tokens, hidden 2048, intermediate 11008),
+
+    y = down(silu(gate(x)) * up(x)),   proj(x) = x W^T + (x A^T) B^T * scale
+
+each projection a frozen BF16 base weight W [out, in] with trainable rank-16
+adapters A [16, in], B [out, 16] (scale = lora_alpha / rank = 32 / 16 = 2,
+A as nn.Linear initialises it, B zero, as PEFT does). The adapters are
+FP32 master weights, cast to BF16 for the products (what
+torch.autocast(bfloat16) does to nn.Linear, and what PEFT's default of
+FP32 adapters on a BF16 model comes to under HF's bf16=True), trained by
+torch.optim.AdamW (lr 2e-4, weight decay 0: the QLoRA/PEFT recipe) on the
+mean squared error, in FP32, against a fixed target: the block's output
+with fixed random "teacher" adapters, so that the loss falls as the
+adapters learn and follows the gradients closely. One step is zero_grad,
+forward, backward, optimizer step, with no synchronize inside (the losses
+are read after the run), as a user's loop would do:
+
+  local   torch.nn.functional.linear for every product;
+  daemon  torch.ops.matmul_client.linear for every product, forward and
+          backward: with torch >= 2.4 the op's own autograd (its backward
+          products are torch.ops.matmul_client.matmul calls, on the daemon
+          too); with an older torch, which registers no autograd for the op,
+          a torch.autograd.Function here whose backward makes the same
+          products through torch.ops.matmul_client.matmul (--autograd says
+          which; the report too).
+
+A step is 20 products (gate and up: 3 forward, 3 backward each, the input
+needing no gradient; down: 3 forward, 5 backward); one untimed step on the
+daemon side counts the products the client sends and fails unless all 20
+went to the daemon.
+
+Both sides start from the same weights, data and target. Each repetition
+runs the two sides one after the other (the order alternating between
+repetitions), each from the initial adapters and a fresh optimizer:
+--warmup steps, then --steps steps timed by CUDA events around each step.
+Before the first repetition the daemon side steps until the daemon's
+per-shape tuning is done (with --metrics_url: until matmul_tuning_total has
+not moved for --tuning_quiet_s while stepping; without it, --tuning_steps
+steps). Per-step time is the mean over the timed steps; the figures are the
+median (min..max) over --repeat repetitions, and the ratio local / daemon
+(>= 0.80 is the issue's target). The losses of every step of both sides
+must agree within 1% (relative); the script fails otherwise.
+
+--products also times each of the step's products alone, 100 in a row per
+shape (CUDA events around the 100), through the daemon and with torch, so
+that a miss can be told apart: kernels, hand-offs, or issuing.
+
+    python3 tests/gpu/python/lora_step.py --target=unix:/path/matmul.sock \\
+        --metrics_url=http://127.0.0.1:9466/metrics --json=$OUT/lora_step.json
+    # a CPU daemon, CPU tensors, tiny shapes (a smoke test):
+    python3 tests/gpu/python/lora_step.py --target=unix:/tmp/x.sock \\
+        --device=cpu --tokens=64 --hidden=32 --intermediate=64
+(tests/gpu/python/lora_step.sh starts a daemon from the bundle and runs
+this.)
+"""
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import urllib.request
+
+REPO = os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+sys.path.insert(0, os.path.join(REPO, "client", "python"))
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import matmul_client  # noqa: E402
+import matmul_client.torch_ops as torch_ops  # noqa: E402
+
+PROJECTIONS = ("gate", "up", "down")
+TARGET_RATIO = 0.80
+LOSS_TOLERANCE = 0.01
+PRODUCTS_PER_STEP = 20
+IN_A_ROW = 100
+
+
+def spread(values):
+    """{median, min, max} of repeated figures."""
+    return {"median": statistics.median(values), "min": min(values),
+            "max": max(values), "runs": list(values)}
+
+
+def cell(figure, fmt="%.1f"):
+    return (fmt % figure["median"]) + " (" + (fmt % figure["min"]) + ".." + \
+        (fmt % figure["max"]) + ")"
+
+
+# --- the block ---------------------------------------------------------------
+
+class DaemonLinear(torch.autograd.Function):
+    """x @ w.T through torch.ops.matmul_client.linear, its gradients through
+    torch.ops.matmul_client.matmul: the products torch_ops' own autograd
+    makes (torch >= 2.4), for a torch that registers none for the op."""
+
+    @staticmethod
+    def forward(ctx, x, w, target):
+        ctx.save_for_backward(x, w)
+        ctx.target = target
+        return torch.ops.matmul_client.linear(x, w, None, None, target)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w = ctx.saved_tensors
+        op = torch.ops.matmul_client.matmul
+        g = grad.to(torch.bfloat16).reshape(-1, grad.shape[-1])
+        grad_x = grad_w = None
+        if ctx.needs_input_grad[0]:  # G @ W: [rows, in]
+            grad_x = op(g, w, False, False, 1.0, None,
+                        ctx.target).reshape(x.shape)
+        if ctx.needs_input_grad[1]:  # G^T @ X: [out, in]
+            grad_w = op(g, x.reshape(-1, x.shape[-1]), True, False, 1.0,
+                        None, ctx.target)
+        return grad_x, grad_w, None
+
+
+def daemon_linear(target, autograd):
+    if autograd == "op":
+        def linear(x, w):
+            return torch.ops.matmul_client.linear(x, w, None, None, target)
+    else:
+        def linear(x, w):
+            return DaemonLinear.apply(x, w, target)
+    return linear
+
+
+def local_linear(x, w):
+    return F.linear(x, w)
+
+
+def dims(args):
+    """{projection: (out, in)}."""
+    return {"gate": (args.intermediate, args.hidden),
+            "up": (args.intermediate, args.hidden),
+            "down": (args.hidden, args.intermediate)}
+
+
+def initial_state(args, device):
+    """The frozen base weights, the input, the adapters' initial values and
+    the target, all from one seed."""
+    generator = torch.Generator(device="cpu").manual_seed(args.seed)
+
+    def normal(shape, std):
+        return (torch.randn(shape, generator=generator) * std).to(device)
+
+    def uniform(shape, bound):
+        return ((torch.rand(shape, generator=generator) * 2 - 1) *
+                bound).to(device)
+
+    state = {"x": normal((args.tokens, args.hidden), 1.0).to(torch.bfloat16),
+             "base": {}, "adapters": {}, "teacher": {}}
+    seed_in = {"gate": 2048, "up": 2048, "down": 11008}
+    for name, (out, inp) in dims(args).items():
+        # Qwen's initializer_range (0.02) at the seed's shapes, scaled with
+        # 1/sqrt(in) at others so that activations keep their size; A
+        # within nn.Linear's (PEFT's) bound.
+        std = 0.02 * math.sqrt(seed_in[name] / inp)
+        state["base"][name] = normal((out, inp), std).to(torch.bfloat16)
+        state["adapters"][name] = (
+            uniform((args.rank, inp), 1 / math.sqrt(inp)),
+            torch.zeros(out, args.rank, device=device))
+        state["teacher"][name] = (
+            uniform((args.rank, inp), 1 / math.sqrt(inp)),
+            normal((out, args.rank), args.teacher_std))
+    with torch.no_grad():
+        state["target"] = forward(local_linear, state["x"], state["base"],
+                                  state["teacher"], args.scale).float()
+    return state
+
+
+def lora_projection(linear, x, w, a, b, scale):
+    """x W^T + (x A^T) B^T * scale, as PEFT's LoRA Linear computes it; the
+    FP32 adapters cast to BF16 for the products as autocast would."""
+    lora = linear(linear(x, a.to(torch.bfloat16)), b.to(torch.bfloat16))
+    return linear(x, w) + lora * scale
+
+
+def forward(linear, x, base, adapters, scale):
+    g = lora_projection(linear, x, base["gate"], *adapters["gate"], scale)
+    u = lora_projection(linear, x, base["up"], *adapters["up"], scale)
+    h = F.silu(g) * u
+    return lora_projection(linear, h, base["down"], *adapters["down"], scale)
+
+
+class Side:
+    """One side's trainable adapters (from the initial values) and its
+    AdamW; step() is one training step, returning the loss undetached from
+    the device (no synchronize)."""
+
+    def __init__(self, linear, state, args):
+        self.linear, self.state, self.scale = linear, state, args.scale
+        self.adapters = {
+            name: tuple(torch.nn.Parameter(t.clone()) for t in pair)
+            for name, pair in state["adapters"].items()}
+        self.optimizer = torch.optim.AdamW(
+            [p for pair in self.adapters.values() for p in pair],
+            lr=args.lr, weight_decay=args.weight_decay)
+
+    def step(self):
+        self.optimizer.zero_grad(set_to_none=True)
+        y = forward(self.linear, self.state["x"], self.state["base"],
+                    self.adapters, self.scale)
+        loss = F.mse_loss(y.float(), self.state["target"])
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+
+# --- timing ------------------------------------------------------------------
+
+class Clock:
+    """Marks between steps: CUDA events on a CUDA device (recorded on the
+    current stream, no synchronize), the host's clock on the CPU (where the
+    products are synchronous)."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def ms(self, start, end):
+        if self.cuda:
+            end.synchronize()
+            return start.elapsed_time(end)
+        return (end - start) * 1e3
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+
+def run_side(side_name, linear, state, args, clock, target):
+    """One run: --warmup then --steps steps from the initial adapters.
+    Returns (losses of every step, ms of each timed step)."""
+    side = Side(linear, state, args)
+    losses = [side.step() for _ in range(args.warmup)]
+    clock.sync()
+    marks = [clock.mark()]
+    for _ in range(args.steps):
+        losses.append(side.step())
+        marks.append(clock.mark())
+    step_ms = [clock.ms(a, b) for a, b in zip(marks, marks[1:])]
+    if side_name == "daemon":
+        matmul_client.default_client(target).synchronize()
+    return [loss.item() for loss in losses], step_ms
+
+
+def count_daemon_products(linear, state, args, target):
+    """Products the client sends to the daemon in one training step."""
+    client = matmul_client.default_client(target)
+    calls = []
+    send = client.matmul
+
+    def counting(*positional, **keywords):
+        calls.append(1)
+        return send(*positional, **keywords)
+
+    client.matmul = counting
+    try:
+        Side(linear, state, args).step()
+        client.synchronize()
+    finally:
+        del client.matmul
+    return len(calls)
+
+
+def tuning_total(url):
+    """matmul_tuning_total summed over outcomes, from the daemon's
+    /metrics."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("matmul_tuning_total"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def settle_tuning(linear, state, args, clock):
+    """Steps the daemon side until its per-shape tuning is done (see the
+    module's doc). Returns what it saw."""
+    side = Side(linear, state, args)
+    start = time.monotonic()
+    steps = 0
+    if not args.metrics_url:
+        for _ in range(args.tuning_steps):
+            side.step()
+        clock.sync()
+        return {"steps": args.tuning_steps, "seconds": time.monotonic() -
+                start, "tunings": None, "settled": None}
+    last, last_change = tuning_total(args.metrics_url), time.monotonic()
+    first = last
+    settled = False
+    while time.monotonic() - start < args.tuning_wait_s:
+        for _ in range(5):
+            side.step()
+            steps += 1
+        clock.sync()
+        now = tuning_total(args.metrics_url)
+        if now != last:
+            last, last_change = now, time.monotonic()
+        elif (time.monotonic() - last_change >= args.tuning_quiet_s and
+              steps >= args.tuning_steps):
+            settled = True
+            break
+        if steps % 50 == 0:
+            print(".", end="", flush=True, file=sys.stderr)
+    return {"steps": steps, "seconds": time.monotonic() - start,
+            "tunings": last - first, "settled": settled}
+
+
+def measure_step(linears, state, args, clock):
+    runs = {"local": [], "daemon": []}
+    order = ["daemon", "local"]
+    for r in range(args.repeat):
+        for side_name in (order if r % 2 == 0 else order[::-1]):
+            losses, step_ms = run_side(side_name, linears[side_name], state,
+                                       args, clock, args.target)
+            runs[side_name].append({"losses": losses, "step_ms": step_ms})
+            print(".", end="", flush=True, file=sys.stderr)
+    mean = {side: [statistics.fmean(run["step_ms"]) for run in runs[side]]
+            for side in runs}
+    ratio = [loc / dae for loc, dae in zip(mean["local"], mean["daemon"])]
+    worst = 0.0
+    for loc, dae in zip(runs["local"], runs["daemon"]):
+        for a, b in zip(loc["losses"], dae["losses"]):
+            worst = max(worst, abs(b - a) / abs(a) if a else abs(b))
+    return {"daemon_ms": spread(mean["daemon"]),
+            "local_ms": spread(mean["local"]), "ratio": spread(ratio),
+            "target_ratio": TARGET_RATIO,
+            "loss_max_relative_difference": worst,
+            "loss_tolerance": LOSS_TOLERANCE, "runs": runs}
+
+
+# --- the step's products, one shape at a time --------------------------------
+
+def step_products(args):
+    """The products of one step as the daemon gets them: (what, count, M,
+    N, K, transpose_a, transpose_b)."""
+    t, h, i, r = args.tokens, args.hidden, args.intermediate, args.rank
+    return [
+        ("gate/up base forward", 2, t, i, h, False, True),
+        ("gate/up x A^T", 2, t, r, h, False, True),
+        ("gate/up (xA^T) B^T", 2, t, i, r, False, True),
+        ("down base forward", 1, t, h, i, False, True),
+        ("down x A^T", 1, t, r, i, False, True),
+        ("down (xA^T) B^T", 1, t, h, r, False, True),
+        ("down dB = G^T (xA^T)", 1, h, r, t, True, False),
+        ("down d(xA^T) = G B", 1, t, r, h, False, False),
+        ("down dA = d(xA^T)^T x", 1, r, i, t, True, False),
+        ("down dx via A", 1, t, i, r, False, False),
+        ("down dx via W", 1, t, i, h, False, False),
+        ("gate/up dB = G^T (xA^T)", 2, i, r, t, True, False),
+        ("gate/up d(xA^T) = G B", 2, t, r, i, False, False),
+        ("gate/up dA = d(xA^T)^T x", 2, r, h, t, True, False),
+    ]
+
+
+def product_operands(m, n, k, transpose_a, transpose_b, device, seed=0):
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    a = torch.randn((k, m) if transpose_a else (m, k), generator=generator)
+    b = torch.randn((n, k) if transpose_b else (k, n), generator=generator)
+    return a.to(device, torch.bfloat16), b.to(device, torch.bfloat16)
+
+
+def in_a_row_ms(product, a, b, count, clock):
+    clock.sync()
+    start = clock.mark()
+    for _ in range(count):
+        product(a, b)
+    end = clock.mark()
+    return clock.ms(start, end)
+
+
+def measure_products(args, device, clock):
+    rows = []
+    for (what, count, m, n, k, ta, tb) in step_products(args):
+        a, b = product_operands(m, n, k, ta, tb, device)
+
+        def ours(a, b, ta=ta, tb=tb):
+            return torch.ops.matmul_client.matmul(a, b, ta, tb, 1.0, None,
+                                                  args.target)
+
+        def theirs(a, b, ta=ta, tb=tb):
+            return torch.matmul(a.T if ta else a, b.T if tb else b)
+
+        for product in (ours, theirs):  # warm
+            in_a_row_ms(product, a, b, 10, clock)
+        daemon_us, local_us = [], []
+        for r in range(args.repeat):
+            for side in (("daemon", "local") if r % 2 == 0 else
+                         ("local", "daemon")):
+                product = ours if side == "daemon" else theirs
+                figure = in_a_row_ms(product, a, b, IN_A_ROW, clock) * \
+                    1e3 / IN_A_ROW
+                (daemon_us if side == "daemon" else local_us).append(figure)
+        matmul_client.default_client(args.target).synchronize()
+        rows.append({"what": what, "count": count, "shape": [m, n, k],
+                     "layout": ("T" if ta else "N") + ("T" if tb else "N"),
+                     "daemon_us": spread(daemon_us),
+                     "local_us": spread(local_us),
+                     "ratio": spread([loc / dae for loc, dae in
+                                      zip(local_us, daemon_us)])})
+        print(".", end="", flush=True, file=sys.stderr)
+    total = {side: [sum(row["count"] * row[side + "_us"]["runs"][r]
+                        for row in rows) / 1e3 for r in range(args.repeat)]
+             for side in ("daemon", "local")}
+    return {"in_a_row": IN_A_ROW, "rows": rows,
+            "step_daemon_ms": spread(total["daemon"]),
+            "step_local_ms": spread(total["local"])}
+
+
+# --- report ------------------------------------------------------------------
+
+def table(report):
+    c = report["config"]
+    s = report["step"]
+    lines = [f"lora_step: torch {report['torch']}, {report['device']}, "
+             f"matmul_client {report['matmul_client']}; daemon backward by "
+             f"{report['autograd_doc']}; median (min..max) of "
+             f"{report['repeat']} repetitions",
+             f"block {c['tokens']} tokens, hidden {c['hidden']}, "
+             f"intermediate {c['intermediate']}, rank {c['rank']}, scale "
+             f"{c['scale']:g}; AdamW lr {c['lr']:g} on FP32 adapters; "
+             f"{c['warmup']} warm-up + {c['steps']} timed steps per run; "
+             f"{report['products_per_step']} products per step through the "
+             "daemon",
+             "tuning warm-up: " + tuning_line(report["tuning"]), "",
+             "training step, ms (mean over the timed steps of a run)",
+             "%-26s %24s" % ("daemon (matmul_client op)",
+                             cell(s["daemon_ms"], "%.3f")),
+             "%-26s %24s" % ("local (F.linear)", cell(s["local_ms"], "%.3f")),
+             "%-26s %24s  %s" % ("ratio local / daemon",
+                                 cell(s["ratio"], "%.3f"),
+                                 verdict(s["ratio"]["median"],
+                                         s["target_ratio"])),
+             "", "losses, first repetition (relative difference; max over "
+             "all runs %.2e, tolerance %g)" % (
+                 s["loss_max_relative_difference"], s["loss_tolerance"]),
+             "%6s %14s %14s %10s" % ("step", "local", "daemon", "rel diff")]
+    local = s["runs"]["local"][0]["losses"]
+    daemon = s["runs"]["daemon"][0]["losses"]
+    for i, (a, b) in enumerate(zip(local, daemon)):
+        label = ("w%d" % (i + 1)) if i < c["warmup"] else \
+            str(i + 1 - c["warmup"])
+        lines.append("%6s %14.6g %14.6g %10.2e" % (
+            label, a, b, abs(b - a) / abs(a) if a else abs(b)))
+    p = report.get("products")
+    if p:
+        lines += ["", f"the step's products one shape at a time, "
+                  f"{p['in_a_row']} in a row (us per product; ratio = "
+                  "local / daemon)",
+                  "%-26s %2s %-18s %2s %18s %18s %18s" % (
+                      "product", "n", "M x N x K", "op", "daemon", "local",
+                      "ratio")]
+        for row in p["rows"]:
+            lines.append("%-26s %2d %-18s %2s %18s %18s %18s" % (
+                row["what"], row["count"], "x".join(map(str, row["shape"])),
+                row["layout"], cell(row["daemon_us"]),
+                cell(row["local_us"]), cell(row["ratio"], "%.2f")))
+        lines.append("sum over the step's %d products, ms: daemon %s, local "
+                     "%s" % (sum(row["count"] for row in p["rows"]),
+                             cell(p["step_daemon_ms"], "%.3f"),
+                             cell(p["step_local_ms"], "%.3f")))
+    return "\n".join(lines)
+
+
+def tuning_line(tuning):
+    if tuning["tunings"] is None:
+        return f"{tuning['steps']} steps, {tuning['seconds']:.1f} s (no " \
+            "--metrics_url: tuning not watched)"
+    return f"{tuning['steps']} steps, {tuning['seconds']:.1f} s, " \
+        f"{tuning['tunings']:.0f} tunings, " + (
+            "settled" if tuning["settled"] else
+            "NOT settled (--tuning_wait_s reached)")
+
+
+def verdict(value, target):
+    return ("met" if value >= target else "NOT met") + " (>= %g)" % target
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--target", required=True,
+                        help="the daemon, e.g. unix:/run/matmul/matmul.sock")
+    parser.add_argument("--json", default="", help="write the report here")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="repetitions of every figure (default 3)")
+    parser.add_argument("--warmup", type=int, default=10,
+                        help="untimed steps at the start of each run "
+                        "(default 10)")
+    parser.add_argument("--steps", type=int, default=30,
+                        help="timed steps of each run (default 30)")
+    parser.add_argument("--device", default="cuda",
+                        help="cuda (default) or cpu (a CPU daemon)")
+    parser.add_argument("--tokens", type=int, default=5120)
+    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--intermediate", type=int, default=11008)
+    parser.add_argument("--rank", type=int, default=16)
+    parser.add_argument("--lora_alpha", type=float, default=32.0,
+                        help="scale = lora_alpha / rank (default 32: 2)")
+    parser.add_argument("--lr", type=float, default=2e-4,
+                        help="AdamW's learning rate (default 2e-4)")
+    parser.add_argument("--weight_decay", type=float, default=0.0,
+                        help="AdamW's weight decay (default 0)")
+    parser.add_argument("--teacher_std", type=float, default=0.01,
+                        help="std of the target's B adapters (default 0.01)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--autograd", default="auto",
+                        choices=("auto", "op", "function"),
+                        help="the daemon side's backward: op = the custom "
+                        "op's own autograd (torch >= 2.4), function = this "
+                        "script's autograd.Function calling the op; auto = "
+                        "op where torch registers it (default)")
+    parser.add_argument("--metrics_url", default="",
+                        help="the daemon's /metrics, to wait for its tuning "
+                        "(e.g. http://127.0.0.1:9466/metrics)")
+    parser.add_argument("--tuning_steps", type=int, default=10,
+                        help="daemon steps before the repetitions, at least "
+                        "(default 10)")
+    parser.add_argument("--tuning_quiet_s", type=float, default=5.0,
+                        help="tuning is done when matmul_tuning_total has "
+                        "not moved for this long (default 5)")
+    parser.add_argument("--tuning_wait_s", type=float, default=300.0,
+                        help="at most this long for the tuning (default 300)")
+    parser.add_argument("--products", action="store_true",
+                        help="also time the step's products one shape at a "
+                        "time, 100 in a row each")
+    args = parser.parse_args()
+    args.scale = args.lora_alpha / args.rank
+    device = torch.device(args.device)
+    if args.autograd == "auto":
+        args.autograd = "op" if torch_ops.SUPPORT["autograd"] else "function"
+    if args.autograd == "op" and not torch_ops.SUPPORT["autograd"]:
+        parser.error(f"torch {torch.__version__} registers no autograd for "
+                     "the op (torch >= 2.4 does): use --autograd=function")
+    native = ("present" if importlib.util.find_spec("matmul_client._native")
+              else "absent")
+    clock = Clock(device)
+    state = initial_state(args, device)
+    linears = {"local": local_linear,
+               "daemon": daemon_linear(args.target, args.autograd)}
+    report = {
+        "torch": torch.__version__,
+        "device": (torch.cuda.get_device_name(device)
+                   if device.type == "cuda" else "cpu"),
+        "matmul_client": f"{matmul_client.__version__}, extension {native}, "
+                         f"transport "
+                         f"{matmul_client.default_client(args.target).transport}",
+        "autograd": args.autograd,
+        "autograd_doc": ("the op's own autograd" if args.autograd == "op"
+                         else "this script's autograd.Function"),
+        "repeat": args.repeat,
+        "config": {key: getattr(args, key) for key in (
+            "tokens", "hidden", "intermediate", "rank", "lora_alpha",
+            "scale", "lr", "weight_decay", "teacher_std", "seed", "warmup",
+            "steps")}}
+    report["config"].update(optimizer="torch.optim.AdamW",
+                            adapters="FP32, cast to BF16 for the products",
+                            loss="MSE in FP32 against a teacher's output")
+    failed = []
+    report["products_per_step"] = count_daemon_products(
+        linears["daemon"], state, args, args.target)
+    if report["products_per_step"] != PRODUCTS_PER_STEP:
+        failed.append(f"{report['products_per_step']} products per step "
+                      f"through the daemon, expected {PRODUCTS_PER_STEP}")
+    report["tuning"] = settle_tuning(linears["daemon"], state, args, clock)
+    report["step"] = measure_step(linears, state, args, clock)
+    worst = report["step"]["loss_max_relative_difference"]
+    if not worst <= LOSS_TOLERANCE:
+        failed.append(f"losses differ by up to {worst:.2e} (relative), "
+                      f"more than {LOSS_TOLERANCE:g}")
+    if args.products:
+        report["products"] = measure_products(args, device, clock)
+    print(file=sys.stderr)
+    print(table(report))
+    for line in failed:
+        print("FAILED " + line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
