@@ -61,6 +61,12 @@ run_step() {
   unset dir
   # shellcheck disable=SC2086  # DAEMON_FLAGS is a list of flags
   start_cuda_daemon ${DAEMON_FLAGS:-}
+  if [ ! -S "$dir/matmul.sock" ]; then
+    echo "lora_step.sh: the daemon did not start" | tee "$OUT/$name.txt" >&2
+    stop_cuda_daemon 10 || true
+    server=
+    return 1
+  fi
   PYTHONUNBUFFERED=1 "${PYTHON:-python3}" tests/gpu/python/lora_step.py \
     --target="$sock" --metrics_url="$metrics_url" \
     --json="$OUT/$name.json" "$@" | tee "$OUT/$name.txt" || step_rc=$?
