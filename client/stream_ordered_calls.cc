@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/stream_order_numbers.h"
 #include "common/cuda_driver_api.h"
 #include "common/gemm/stream_order.h"
 #include "common/status_macros.h"
@@ -138,31 +139,40 @@ absl::Status StreamOrderedCalls::Matmul(v1::MatmulRequest request,
         absl::StrCat("every stream-order word pair stayed in use for ",
                      absl::FormatDuration(timeout)));
   }
-  uint32_t sequence = next_sequence_.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t sequence =
+      next_sequence_.fetch_add(1, std::memory_order_relaxed);
   const CudaDriverApi& api = words_->api();
   auto* cu_stream = reinterpret_cast<CUstream>(stream);
   // The stream's earlier work, then the wait word; then (for the work
-  // queued after the call) the signal word.
-  CUresult result =
-      api.stream_write_value32(cu_stream, words_->WaitDevice(*pair), sequence,
-                               CU_STREAM_WRITE_VALUE_DEFAULT);
-  if (result == CUDA_SUCCESS && signal_stream) {
-    result = api.stream_wait_value32(cu_stream, words_->SignalDevice(*pair),
-                                     sequence, CU_STREAM_WAIT_VALUE_GEQ);
-  }
-  if (result != CUDA_SUCCESS) {
-    // A wait that did get queued must not hang the stream.
-    words_->SignalHost(*pair)->store(sequence, std::memory_order_release);
-    ReturnPair(*pair);
+  // queued after the call) the signal word. Numbered as they are queued:
+  // the daemon launches the process's products in this order.
+  StreamOrderNumbers& numbers = StreamOrderNumbers::OfThisProcess();
+  absl::StatusOr<StreamOrderNumbers::Number> number = numbers.Take([&] {
+    CUresult result =
+        api.stream_write_value32(cu_stream, words_->WaitDevice(*pair), sequence,
+                                 CU_STREAM_WRITE_VALUE_DEFAULT);
+    if (result == CUDA_SUCCESS && signal_stream) {
+      result = api.stream_wait_value32(cu_stream, words_->SignalDevice(*pair),
+                                       sequence, CU_STREAM_WAIT_VALUE_GEQ);
+    }
+    if (result == CUDA_SUCCESS) return absl::OkStatus();
     return absl::FailedPreconditionError(
         absl::StrCat("queueing the stream order on the caller's stream: ",
                      api.ErrorText(result)));
+  });
+  if (!number.ok()) {
+    // A wait that did get queued must not hang the stream.
+    words_->SignalHost(*pair)->store(sequence, std::memory_order_release);
+    ReturnPair(*pair);
+    return number.status();
   }
   v1::StreamOrder* order = request.mutable_stream_order();
   order->set_region_id(words_->region_id());
   order->set_wait_offset_bytes(*pair * kPairBytes);
   order->set_wait_value(sequence);
   order->set_signal(signal_stream);
+  order->set_number(number->number);
+  order->set_answered_below(number->answered_below);
   if (signal_stream) {
     order->set_signal_offset_bytes(*pair * kPairBytes + kSignalOffset);
     order->set_signal_value(sequence);
@@ -175,22 +185,23 @@ absl::Status StreamOrderedCalls::Matmul(v1::MatmulRequest request,
   call->done = std::move(done);
   v1::MatmulResponse* response = &call->response;
   in_flight_.fetch_add(1, std::memory_order_acq_rel);
-  ring_.CallAsync(request, response, timeout,
-                  [this, pair = *pair, sequence, signal_stream,
-                   call = std::move(call)](absl::Status status) mutable {
-                    if (!status.ok() && signal_stream) {
-                      words_->SignalHost(pair)->store(
-                          sequence, std::memory_order_release);
-                    }
-                    // A pair whose call timed out here may still be run by the
-                    // daemon, which would then write an old number into it:
-                    // retire it.
-                    if (!absl::IsDeadlineExceeded(status)) ReturnPair(pair);
-                    std::move(call->done)(std::move(status));
-                    call.reset();
-                    absl::MutexLock lock(&mu_);
-                    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
-                  });
+  ring_.CallAsync(
+      request, response, timeout,
+      [this, pair = *pair, sequence, signal_stream, number = number->number,
+       &numbers, call = std::move(call)](absl::Status status) mutable {
+        numbers.Answered(number);
+        if (!status.ok() && signal_stream) {
+          words_->SignalHost(pair)->store(sequence, std::memory_order_release);
+        }
+        // A pair whose call timed out here may still be run by the
+        // daemon, which would then write an old number into it:
+        // retire it.
+        if (!absl::IsDeadlineExceeded(status)) ReturnPair(pair);
+        std::move(call->done)(std::move(status));
+        call.reset();
+        absl::MutexLock lock(&mu_);
+        in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+      });
   return absl::OkStatus();
 }
 

@@ -62,7 +62,9 @@ absl::Status BoundOperands::BindStreamOrder(const v1::StreamOrder& order,
         host + order.signal_offset_bytes());
     stream_order_.signal_value = order.signal_value();
   }
-  ASSIGN_OR_RETURN(stream_order_.launch, registry.TakeLaunchTicket(session_id));
+  ASSIGN_OR_RETURN(stream_order_.launch,
+                   registry.TakeLaunchTicket(session_id, order.number(),
+                                             order.answered_below()));
   problem_.stream_order = &stream_order_;
   if (std::find(regions_.begin(), regions_.end(), region) == regions_.end()) {
     regions_.push_back(std::move(region));

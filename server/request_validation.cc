@@ -206,6 +206,12 @@ absl::Status CheckStreamOrder(const v1::StreamOrder& order,
         ") and the signal word (offset ", order.signal_offset_bytes(),
         ") must be 4-byte aligned"));
   }
+  if (order.answered_below() > order.number()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stream_order.answered_below (", order.answered_below(),
+        ") is above its number (", order.number(),
+        "); expected at most the number (0 with an unnumbered product)"));
+  }
   return absl::OkStatus();
 }
 

@@ -60,6 +60,7 @@ CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 HAVE_CUDA = os.path.exists(os.path.join(CUDA_HOME, "include", "cuda.h"))
 CLIENT_SOURCES += [
     "client/registered_region.cc",
+    "client/stream_order_numbers.cc",
     "client/stream_ordered_calls.cc",
     "common/cuda_driver_api.cc",
 ] if HAVE_CUDA else ["client/stream_ordered_calls_unavailable.cc"]

@@ -36,7 +36,8 @@ std::string RegionRegistry::OpenSession(const std::string& client_name,
     }
   }
   if (session->launch_order == nullptr) {
-    session->launch_order = std::make_shared<LaunchOrder>();
+    session->launch_order =
+        std::make_shared<LaunchOrder>(options_.stream_order_lapse);
   }
   sessions_.emplace(id, std::move(session));
   return id;
@@ -138,10 +139,15 @@ absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Find(
 }
 
 absl::StatusOr<LaunchOrder::Ticket> RegionRegistry::TakeLaunchTicket(
-    const std::string& session_id) const {
-  absl::ReaderMutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Session * session, FindSession(session_id));
-  return session->launch_order->Take();
+    const std::string& session_id, uint64_t number,
+    uint64_t answered_below) const {
+  std::shared_ptr<LaunchOrder> order;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(Session * session, FindSession(session_id));
+    order = session->launch_order;
+  }
+  return order->Take(number, answered_below);
 }
 
 absl::StatusOr<std::vector<RegionSummary>> RegionRegistry::List(

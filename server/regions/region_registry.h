@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/gemm/launch_order.h"
 #include "server/regions/region.h"
 #include "server/transport/peer_credentials.h"
@@ -27,6 +28,9 @@ struct RegionRegistryOptions {
   int max_regions_per_session = 4096;
   int64_t max_bytes_per_session = int64_t{1} << 40;
   int max_rings_per_session = 4;
+  // How long a stream-ordered product's number may be missing before the
+  // products numbered after it stop waiting for it (launch_order.h).
+  absl::Duration stream_order_lapse = absl::Seconds(2);
 };
 
 struct RegionSummary {
@@ -73,13 +77,14 @@ class RegionRegistry {
   absl::StatusOr<std::shared_ptr<Region>> Find(
       const std::string& session_id, const std::string& region_id) const;
 
-  // A place for a stream-ordered product of the session, among those of
-  // every session of the same process, in the order they are accepted: a
-  // process's clients may queue products on one CUDA stream, so a product
-  // of one may wait for another's (launch_order.h). NOT_FOUND for an
-  // unknown session.
+  // The place of a stream-ordered product of the session, by the number
+  // its client gave it, among those of every session of the same process:
+  // a process's clients may queue products on one CUDA stream, so a
+  // product of one may wait for another's (launch_order.h). NOT_FOUND for
+  // an unknown session; LaunchOrder::Take's errors.
   absl::StatusOr<LaunchOrder::Ticket> TakeLaunchTicket(
-      const std::string& session_id) const;
+      const std::string& session_id, uint64_t number,
+      uint64_t answered_below) const;
 
   int session_count() const;
   int region_count() const;

@@ -146,17 +146,18 @@ TEST(RegionRegistryTest, ClosingASessionReleasesItsRegions) {
 TEST(RegionRegistryTest, ASessionQueuesBehindTheOtherSessionsOfItsProcess) {
   // Two clients of one process may queue products on one CUDA stream: a
   // product of the second must not wait on the GPU while one the first
-  // sent earlier is not launched yet.
+  // queued earlier (a lower number of the process) is not launched yet.
   RegionRegistry registry({});
   const std::string first = registry.OpenSession("first", kOwner);
   const std::string second = registry.OpenSession("second", kOwner);
   const std::string stranger = registry.OpenSession("other", kOtherProcess);
   absl::StatusOr<LaunchOrder::Ticket> earlier =
-      registry.TakeLaunchTicket(first);
+      registry.TakeLaunchTicket(first, 1, 1);
   ASSERT_TRUE(earlier.ok()) << earlier.status();
-  absl::StatusOr<LaunchOrder::Ticket> later = registry.TakeLaunchTicket(second);
+  absl::StatusOr<LaunchOrder::Ticket> later =
+      registry.TakeLaunchTicket(second, 2, 1);
   absl::StatusOr<LaunchOrder::Ticket> elsewhere =
-      registry.TakeLaunchTicket(stranger);
+      registry.TakeLaunchTicket(stranger, 2, 2);
   ASSERT_TRUE(later.ok() && elsewhere.ok());
   EXPECT_TRUE(earlier->EarlierLaunched());
   EXPECT_FALSE(later->EarlierLaunched());
@@ -167,14 +168,15 @@ TEST(RegionRegistryTest, ASessionQueuesBehindTheOtherSessionsOfItsProcess) {
   // The order outlives the session that made it while the process has
   // another one open.
   absl::StatusOr<LaunchOrder::Ticket> pending =
-      registry.TakeLaunchTicket(second);
+      registry.TakeLaunchTicket(second, 3, 2);
   ASSERT_TRUE(pending.ok());
   registry.CloseSession(first);
   const std::string third = registry.OpenSession("third", kOwner);
-  absl::StatusOr<LaunchOrder::Ticket> behind = registry.TakeLaunchTicket(third);
+  absl::StatusOr<LaunchOrder::Ticket> behind =
+      registry.TakeLaunchTicket(third, 4, 2);
   ASSERT_TRUE(behind.ok());
   EXPECT_FALSE(behind->EarlierLaunched());
-  EXPECT_EQ(registry.TakeLaunchTicket("no-such-session").status().code(),
+  EXPECT_EQ(registry.TakeLaunchTicket("no-such-session", 1, 1).status().code(),
             absl::StatusCode::kNotFound);
 }
 

@@ -59,13 +59,15 @@ TEST(ClientStreamOrderTest, WaitsUntilTheClientsStreamWritesTheWord) {
 TEST(ClientStreamOrderTest, ReturnsOnceTheCallerHasHadEnough) {
   std::atomic<uint32_t> word{0};
   Ordered ordered(&word, 1);
-  LaunchOrder launches;
-  LaunchOrder::Ticket earlier = launches.Take();
-  ordered.order.launch = launches.Take();
+  LaunchOrder launches(absl::Hours(1));
+  absl::StatusOr<LaunchOrder::Ticket> earlier = launches.Take(1, 1);
+  absl::StatusOr<LaunchOrder::Ticket> this_one = launches.Take(2, 1);
+  ASSERT_TRUE(earlier.ok() && this_one.ok());
+  ordered.order.launch = *std::move(this_one);
   const GemmProblem* one[] = {&ordered.problem};
   std::thread launcher([&] {
     absl::SleepFor(absl::Milliseconds(20));
-    earlier.MarkLaunched();
+    earlier->MarkLaunched();
   });
   // Bounds the test where `enough` went unheard.
   const absl::Time start = absl::Now();
