@@ -30,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/adaptive_spin.h"
 
 namespace matmul {
 
@@ -37,10 +38,11 @@ struct BatcherOptions {
   int max_batch_size = 32;
   absl::Duration max_queue_delay = absl::ZeroDuration();
   int max_queue_size = 256;  // queued items over all keys
-  // How long an idle worker polls an empty queue before it sleeps: a
+  // The longest an idle worker polls an empty queue before it sleeps: a
   // request arriving meanwhile is taken without a futex wake-up (tens of
-  // microseconds on some hosts), at the price of a busy core. 0: sleep at
-  // once.
+  // microseconds on some hosts), at the price of a busy core. One worker
+  // at a time polls, for as long as the recent gaps between requests
+  // suggest (adaptive_spin.h). 0: sleep at once.
   absl::Duration idle_spin = absl::ZeroDuration();
 };
 
@@ -55,7 +57,8 @@ class DynamicBatcher {
     std::vector<Item> items;  // in arrival order
   };
 
-  explicit DynamicBatcher(const BatcherOptions& options) : options_(options) {}
+  explicit DynamicBatcher(const BatcherOptions& options)
+      : options_(options), spin_(options.idle_spin) {}
 
   DynamicBatcher(const DynamicBatcher&) = delete;
   DynamicBatcher& operator=(const DynamicBatcher&) = delete;
@@ -78,7 +81,9 @@ class DynamicBatcher {
                             ? std::min(max_batch, options_.max_batch_size)
                             : options_.max_batch_size;
     }
-    queue.items.push_back({absl::Now(), std::move(item)});
+    const absl::Time now = absl::Now();
+    spin_.Arrived(now);
+    queue.items.push_back({now, std::move(item)});
     ++queued_;
     queued_hint_.store(queued_, std::memory_order_relaxed);
     // Wake a waiting worker only when this item makes a batch due sooner
@@ -86,9 +91,11 @@ class DynamicBatcher {
     // full batch. Any other item joins a batch whose deadline the worker
     // already waits for; waking it would put a futex call in the
     // submitter's path and a wake-up for nothing in the worker's, for
-    // every request of a filling batch.
-    if (queue.items.size() == 1 ||
-        static_cast<int>(queue.items.size()) >= queue.max_batch) {
+    // every request of a filling batch. Nor while a worker polls: it takes
+    // the item (once its poll ends it looks under the lock, after this).
+    if ((queue.items.size() == 1 ||
+         static_cast<int>(queue.items.size()) >= queue.max_batch) &&
+        !spinning_.load(std::memory_order_seq_cst)) {
       work_.Signal();
     }
     return absl::OkStatus();
@@ -97,15 +104,17 @@ class DynamicBatcher {
   // Blocks until a batch is due and returns it; nullopt once Shutdown has
   // been called and nothing is left.
   std::optional<Batch> Next() {
-    const absl::Time spin_until = absl::Now() + options_.idle_spin;
-    while (queued_hint_.load(std::memory_order_relaxed) == 0 &&
-           !stopping_hint_.load(std::memory_order_relaxed) &&
-           absl::Now() < spin_until) {
-    }
+    Spin();
     absl::MutexLock lock(&mu_);
     while (true) {
       auto [due_key, next] = Due(absl::Now());
-      if (due_key != nullptr) return Take(*due_key);
+      if (due_key != nullptr) {
+        Batch batch = Take(*due_key);
+        // What is left may be what a polling worker took in Enqueue's
+        // stead: another worker sees to it.
+        if (queued_ > 0) work_.Signal();
+        return batch;
+      }
       if (stopping_) return std::nullopt;  // and nothing queued
       work_.WaitWithDeadline(&mu_, next);
     }
@@ -179,7 +188,26 @@ class DynamicBatcher {
     return batch;
   }
 
+  // Polls the queue while the spin says so, unless another worker already
+  // does.
+  void Spin() {
+    const absl::Time now = absl::Now();
+    const absl::Time until = spin_.SpinUntil(now);
+    if (until <= now || queued_hint_.load(std::memory_order_relaxed) != 0) {
+      return;
+    }
+    if (spinning_.exchange(true, std::memory_order_seq_cst)) return;
+    while (queued_hint_.load(std::memory_order_relaxed) == 0 &&
+           !stopping_hint_.load(std::memory_order_relaxed) &&
+           absl::Now() < until) {
+    }
+    spinning_.store(false, std::memory_order_seq_cst);
+  }
+
   const BatcherOptions options_;
+  AdaptiveSpin spin_;
+  // A worker polls (Spin): Enqueue need not wake one.
+  std::atomic<bool> spinning_{false};
   mutable absl::Mutex mu_;
   absl::CondVar work_;
   // Only non-empty queues are kept.

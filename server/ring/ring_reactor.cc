@@ -22,7 +22,7 @@ RingReactor::RingReactor(ProductSubmitter& submitter,
 }
 
 void RingReactor::Poll() {
-  absl::Time last_work = absl::Now();
+  absl::Time spin_until = absl::InfinitePast();
   while (!stop_.load(std::memory_order_relaxed)) {
     if (ring_->faulted()) {
       // The client shrank the ring's segment: the mapping is private zeros
@@ -35,9 +35,11 @@ void RingReactor::Poll() {
       return;
     }
     if (std::optional<uint32_t> slot = ring_->Take()) {
+      const absl::Time now = absl::Now();
+      spin_.Arrived(now);
       Dispatch(*slot);
-      last_work = absl::Now();
-    } else if (absl::Now() - last_work < spin_) {
+      spin_until = spin_.SpinUntil(absl::Now());
+    } else if (absl::Now() < spin_until) {
       ring::CpuRelax();
     } else {
       // A bounded sleep, so that stop_ is seen without a wake-up.

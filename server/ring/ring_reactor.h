@@ -1,8 +1,9 @@
 // One AttachRing call: maps the client's request ring, tells the client it
 // is attached, and runs a poller thread that takes each submitted slot,
 // submits its request to the service (in the ring's session) and writes
-// the answer back into the slot. The poller spins for `spin` after the
-// last submission, then sleeps on the ring's doorbell.
+// the answer back into the slot. After a submission the poller spins for
+// as long as the recent gaps between submissions suggest, up to `spin`
+// (adaptive_spin.h), then sleeps on the ring's doorbell.
 //
 // The stream ends when the client cancels it (its process may be gone:
 // its queued requests are dropped), when the daemon shuts down (queued
@@ -24,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "matmul/v1/matmul.pb.h"
+#include "server/adaptive_spin.h"
 #include "server/ring/attached_ring.h"
 #include "server/transport/peer_credentials.h"
 #include "server/transport/product_submitter.h"
@@ -31,10 +33,12 @@
 namespace matmul {
 
 struct RingOptions {
-  // How long a ring's poller spins after the last submission before it
+  // The longest a ring's poller spins after a submission before it
   // sleeps on the doorbell (a busy core while it spins; a futex wake-up,
-  // tens of microseconds on some hosts, for a request that finds it asleep).
-  absl::Duration poll_spin = absl::Microseconds(200);
+  // tens of microseconds on some hosts, for a request that finds it
+  // asleep); it spins only while submissions come closer together than
+  // this (adaptive_spin.h).
+  absl::Duration poll_spin = absl::Milliseconds(2);
   // Rings attached at once (each has a poller thread); beyond this
   // AttachRing answers RESOURCE_EXHAUSTED.
   int max_rings = 64;
@@ -67,7 +71,7 @@ class RingReactor final : public grpc::ServerWriteReactor<v1::RingEvent> {
   const std::shared_ptr<AttachedRing> ring_;
   const std::string session_id_;
   const PeerCredentials owner_;
-  const absl::Duration spin_;
+  AdaptiveSpin spin_;
   std::function<void(RingReactor*)> on_done_;
   v1::RingEvent event_;
   std::atomic<bool> stop_{false};
