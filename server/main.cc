@@ -79,15 +79,21 @@ ABSL_FLAG(double, serial_min_gflop_per_sm, 1.0,
           "share; smaller ones run on their worker's own stream, where they "
           "overlap (filling the SMs one product's last wave leaves idle, "
           "and the gaps between launches).");
-ABSL_FLAG(std::string, stream_order_wait, "cpu",
-          "cpu | gpu. How a stream-ordered product (MatmulRequest."
-          "stream_order) waits for its client's CUDA stream: cpu, a worker "
-          "polls the client's word and then launches the product; gpu, the "
-          "worker queues a wait for the word on its stream and the product "
+ABSL_FLAG(std::string, stream_order_wait, "gpu",
+          "gpu | cpu. How a stream-ordered product (MatmulRequest."
+          "stream_order) waits for its client's CUDA stream: gpu, the worker "
+          "queues a wait for the client's word on its stream and the product "
           "behind it, which then starts as soon as the client's stream gets "
           "there (no launch latency between a client's products); a product "
-          "does so once every earlier product of its client's process is "
-          "launched, and waits on the CPU before that.");
+          "does so once every product its client's process numbered before "
+          "it is launched, and waits on the CPU before that (and always when "
+          "its client does not number its products); cpu, a worker polls "
+          "the client's word and then launches the product.");
+ABSL_FLAG(absl::Duration, stream_order_lapse, absl::Seconds(2),
+          "How long the products of a client process wait for a lower "
+          "number of the process that has not arrived before they stop "
+          "waiting for it (it is refused, FAILED_PRECONDITION, should it "
+          "come later). Until then they wait for their streams on the CPU.");
 ABSL_FLAG(int, max_queue_size, 256,
           "Requests accepted but not yet running; beyond this new requests "
           "get RESOURCE_EXHAUSTED at once.");
@@ -95,16 +101,18 @@ ABSL_FLAG(int, max_batch_size, 32,
           "Most requests that share one launch. Requests batch when they "
           "agree on M, N, K, layouts, output dtype, alpha and beta and on "
           "where their operands live. 1 turns batching off.");
-ABSL_FLAG(int64_t, worker_spin_us, 0,
-          "How long an idle worker polls for the next request before it "
-          "sleeps: saves the wake-up latency (tens of microseconds on some "
-          "hosts) for requests that arrive meanwhile, at the price of a busy "
-          "core per worker. 0: sleep at once.");
-ABSL_FLAG(int64_t, ring_poll_spin_us, 200,
-          "How long the poller of a shared-memory request ring (AttachRing) "
-          "spins after its last request before it sleeps on the ring's "
-          "futex: a busy core while it spins, a wake-up for a request that "
-          "finds it asleep.");
+ABSL_FLAG(int64_t, worker_spin_us, 1000,
+          "The longest an idle worker polls for the next request before it "
+          "sleeps. One worker polls at a time, and only while requests come "
+          "closer together than this (for about twice their recent gap): a "
+          "request then skips the wake-up latency (tens of microseconds on "
+          "some hosts), and an idle daemon keeps no core busy. 0: sleep at "
+          "once.");
+ABSL_FLAG(int64_t, ring_poll_spin_us, 2000,
+          "The longest the poller of a shared-memory request ring "
+          "(AttachRing) spins after a request before it sleeps on the "
+          "ring's futex; as for --worker_spin_us, only while requests come "
+          "closer together than this. 0: sleep at once.");
 ABSL_FLAG(int, max_rings, 64,
           "Request rings attached at once (each has a poller thread).");
 ABSL_FLAG(int, max_rings_per_session, 4,
@@ -327,6 +335,7 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_in_flight_per_client);
   options.regions.max_rings_per_session =
       absl::GetFlag(FLAGS_max_rings_per_session);
+  options.regions.stream_order_lapse = absl::GetFlag(FLAGS_stream_order_lapse);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.max_metric_shapes = absl::GetFlag(FLAGS_max_metric_shapes);
   options.executor.worker_threads = absl::GetFlag(FLAGS_worker_threads);
