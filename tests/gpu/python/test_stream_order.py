@@ -5,13 +5,19 @@ call was made), its output is read by a kernel queued just after, and the
 end result is checked against torch. Run on the default stream, on a side
 stream made current with torch.cuda.stream(), and with the stream named by
 the stream= keyword. Also: the call returns while the GPU is still busy
-with the work queued before it (it does not wait for the device).
+with the work queued before it (it does not wait for the device); and
+several clients of one process, each with its own session and request ring,
+sending on one CUDA stream at the same instant, in a tight loop
+(MATMUL_STALL_ITERATIONS, default 1000), never stall: their products reach
+the daemon in either order, and it must launch them in the order the
+process queued them.
 
     MATMUL_TARGET=unix:/path/matmul.sock python3 -m unittest \\
         discover -s tests/gpu/python -p 'test_stream*'
 """
 
 import os
+import threading
 import time
 import unittest
 
@@ -155,6 +161,93 @@ class StreamOrderTest(unittest.TestCase):
         client.synchronize()
         self.assertLess(gpu_env.relative_error(y, x.float() @ w.float().T),
                         1e-2, "the product read the freed block")
+
+
+class ManyClientsOneStreamTest(unittest.TestCase):
+    """Three clients (three sessions, three rings) of this process on one
+    CUDA stream, each iteration one product from each at once, from three
+    threads. Shapes change along the way, so the daemon loads and tunes
+    kernels (calls that synchronize its context) while products wait."""
+
+    CLIENTS = 3
+    # A product past this is a stall (the requests' deadline ends one).
+    STALL_S = 5.0
+
+    @classmethod
+    def setUpClass(cls):
+        global torch, matmul_client
+        torch, cls.target = gpu_env.require_gpu_daemon()
+        import matmul_client as module
+        matmul_client = module
+        cls.clients = [matmul_client.Client(cls.target, timeout=20.0)
+                       for _ in range(cls.CLIENTS)]
+
+    @classmethod
+    def tearDownClass(cls):
+        for client in cls.clients:
+            client.close()
+
+    def test_products_of_several_rings_on_one_stream_never_stall(self):
+        iterations = int(os.environ.get("MATMUL_STALL_ITERATIONS", "1000"))
+        torch.manual_seed(3)
+        stream = torch.cuda.Stream()
+        # A new shape every 50 iterations for the first 600.
+        shapes = [(32 + 32 * i, 256 + 64 * (i % 3), 512) for i in range(12)]
+        operands = {}
+        for m, n, k in shapes:
+            for c in range(self.CLIENTS):
+                operands[(m, n, k, c)] = (
+                    torch.randn(m, k, device="cuda", dtype=torch.bfloat16),
+                    torch.randn(n, k, device="cuda", dtype=torch.bfloat16),
+                    torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+        torch.cuda.synchronize()
+        start_line = threading.Barrier(self.CLIENTS + 1)
+        errors = []
+        shape_of = [None]
+
+        def send(c):
+            try:
+                for _ in range(iterations):
+                    start_line.wait()
+                    x, w, y = operands[shape_of[0] + (c,)]
+                    self.clients[c].matmul(x, w, out=y, transpose_b=True,
+                                           stream=stream)
+                    start_line.wait()
+            except BaseException as error:  # noqa: BLE001 (reported below)
+                errors.append(error)
+                start_line.abort()
+
+        threads = [threading.Thread(target=send, args=(c,))
+                   for c in range(self.CLIENTS)]
+        for thread in threads:
+            thread.start()
+        stalls, slowest = [], 0.0
+        try:
+            for i in range(iterations):
+                shape_of[0] = shapes[min(i // 50, len(shapes) - 1)]
+                start = time.monotonic()
+                start_line.wait()  # go
+                start_line.wait()  # every product queued
+                stream.synchronize()
+                took = time.monotonic() - start
+                slowest = max(slowest, took)
+                if took > self.STALL_S:
+                    stalls.append((i, shape_of[0], round(took, 1)))
+        except threading.BrokenBarrierError:
+            pass
+        for thread in threads:
+            thread.join()
+        for client in self.clients:
+            client.synchronize()
+        print(f"\n{iterations} iterations of {self.CLIENTS} products on one "
+              f"stream: slowest {slowest * 1e3:.1f} ms, stalls {stalls}")
+        self.assertEqual(errors, [])
+        self.assertEqual(stalls, [])
+        # The last iteration's products are right.
+        for c in range(self.CLIENTS):
+            x, w, y = operands[shape_of[0] + (c,)]
+            self.assertLess(
+                gpu_env.relative_error(y, x.float() @ w.float().T), 1e-2)
 
 
 if __name__ == "__main__":
