@@ -529,6 +529,11 @@ _default_lock = threading.Lock()
 def default_client(target="unix:/run/matmul/matmul.sock"):
     """The process-wide Client of `target` (created on first use, closed at
     exit)."""
+    # Without the lock when it exists (a dict read is atomic): the
+    # module-level matmul asks on every call.
+    client = _default_clients.get(target)
+    if client is not None:
+        return client
     with _default_lock:
         client = _default_clients.get(target)
         if client is None:

@@ -17,7 +17,9 @@ namespace {
 
 // Attribute names, interned once.
 struct Names {
-  PyObject* Intern(const char* name) { return PyUnicode_InternFromString(name); }
+  PyObject* Intern(const char* name) {
+    return PyUnicode_InternFromString(name);
+  }
   PyObject* const dtype = Intern("dtype");
   PyObject* const shape = Intern("shape");
   PyObject* const stride = Intern("stride");
@@ -132,7 +134,7 @@ struct CudaFastPath::Operand {
 struct CudaFastPath::Ref {
   std::string region_id;
   uint64_t offset = 0;
-  py::object device;  // the cache's device index (an int)
+  py::object device;       // the cache's device index (an int)
   long device_index = -1;  // NOLINT(runtime/int): PyLong_AsLong's type
 };
 
@@ -207,7 +209,8 @@ bool CudaFastPath::ReadOperand(py::handle tensor, Operand& operand) {
   if (rank != 2 && rank != 3) return false;
   py::object strides = Steal(PyObject_CallMethodNoArgs(t, N().stride));
   if (!strides) return Miss();
-  if (!PyTuple_Check(strides.ptr()) || PyTuple_GET_SIZE(strides.ptr()) != rank) {
+  if (!PyTuple_Check(strides.ptr()) ||
+      PyTuple_GET_SIZE(strides.ptr()) != rank) {
     return false;
   }
   operand.rank = static_cast<int>(rank);
@@ -296,8 +299,8 @@ long CudaFastPath::PeekDevice(PyObject* storages,  // NOLINT(runtime/int)
 
 bool CudaFastPath::HasStreamFailures() {
   if (ring_ != nullptr) return ring_->HasStreamFailures();
-  py::object has = Steal(
-      PyObject_CallMethod(queue_.ptr(), "has_stream_failures", nullptr));
+  py::object has =
+      Steal(PyObject_CallMethod(queue_.ptr(), "has_stream_failures", nullptr));
   if (!has) {
     PyErr_Clear();
     return true;  // the Python path asks again
@@ -312,8 +315,8 @@ uint64_t CudaFastPath::Queue(v1::MatmulRequest request, uintptr_t stream,
                                        tag);
   }
   return queue_
-      .attr("queue_request_on_stream")(
-          py::bytes(request.SerializeAsString()), stream, timeout_s, tag)
+      .attr("queue_request_on_stream")(py::bytes(request.SerializeAsString()),
+                                       stream, timeout_s, tag)
       .cast<uint64_t>();
 }
 
@@ -392,8 +395,7 @@ py::object CudaFastPath::Matmul(py::handle client, py::handle const* args) {
     }
     // The device of a's cached storage, looked at without the lock only to
     // pick where out goes: everything is checked under it below.
-    py::object storages =
-        Steal(PyObject_GetAttr(client.ptr(), N().storages));
+    py::object storages = Steal(PyObject_GetAttr(client.ptr(), N().storages));
     if (!storages || !PyDict_Check(storages.ptr())) return miss();
     const long index = PeekDevice(storages.ptr(), a);  // NOLINT(runtime/int)
     if (index < 0) return miss();
@@ -543,8 +545,8 @@ PyObject* FastMatmul(PyObject* capsule, PyObject* const* args,
                  nargs);
     return nullptr;
   }
-  auto* path = static_cast<CudaFastPath*>(
-      PyCapsule_GetPointer(capsule, kCapsuleName));
+  auto* path =
+      static_cast<CudaFastPath*>(PyCapsule_GetPointer(capsule, kCapsuleName));
   if (path == nullptr) return nullptr;
   static_assert(sizeof(py::handle) == sizeof(PyObject*));
   try {
@@ -564,8 +566,8 @@ PyObject* FastMatmul(PyObject* capsule, PyObject* const* args,
 }
 
 PyMethodDef kFastMatmulDef = {
-    "matmul", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-                  &FastMatmul)),
+    "matmul",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&FastMatmul)),
     METH_FASTCALL,
     "matmul(client, a, b, out, transpose_b, transpose_a, alpha, beta, "
     "out_dtype, timeout, stream) -> out, or None where Client.matmul must "
@@ -578,9 +580,8 @@ void BindCudaFastPath(py::module_& module) {
       module, "CudaFastPath",
       "Client.matmul's common case for cached CUDA storages, in C++ "
       "(cuda_fast_path.h).")
-      .def(py::init<py::object, std::string, py::object, py::object,
-                    py::object, py::object, py::object, py::object, py::dict,
-                    py::object>(),
+      .def(py::init<py::object, std::string, py::object, py::object, py::object,
+                    py::object, py::object, py::object, py::dict, py::object>(),
            py::arg("queue"), py::arg("session_id"), py::arg("lock"),
            py::arg("numbers"), py::arg("retired_done"),
            py::arg("retired_on_answer"), py::arg("current_stream"),
@@ -590,14 +591,13 @@ void BindCudaFastPath(py::module_& module) {
           "matmul",
           [](py::object self) {
             auto* path = self.cast<CudaFastPath*>();
-            py::object capsule = Steal(PyCapsule_New(
-                path, kCapsuleName, [](PyObject* capsule) {
-                  Py_XDECREF(static_cast<PyObject*>(
-                      PyCapsule_GetContext(capsule)));
+            py::object capsule =
+                Steal(PyCapsule_New(path, kCapsuleName, [](PyObject* capsule) {
+                  Py_XDECREF(
+                      static_cast<PyObject*>(PyCapsule_GetContext(capsule)));
                 }));
-            if (!capsule ||
-                PyCapsule_SetContext(capsule.ptr(), self.inc_ref().ptr()) !=
-                    0) {
+            if (!capsule || PyCapsule_SetContext(capsule.ptr(),
+                                                 self.inc_ref().ptr()) != 0) {
               throw py::error_already_set();
             }
             py::object bound =

@@ -89,10 +89,10 @@ class CudaFastPath {
   std::optional<uint64_t> BufferId(uintptr_t address);
   // torch.empty(shape, device=device, dtype=<dtype's>), or null (no Python
   // error cleared).
-  pybind11::object Empty(const std::vector<int64_t>& shape,
-                         v1::DType dtype, PyObject* device);
-  uint64_t Queue(v1::MatmulRequest request, uintptr_t stream,
-                 double timeout_s, uint64_t tag);
+  pybind11::object Empty(const std::vector<int64_t>& shape, v1::DType dtype,
+                         PyObject* device);
+  uint64_t Queue(v1::MatmulRequest request, uintptr_t stream, double timeout_s,
+                 uint64_t tag);
   bool HasStreamFailures();
 
   const pybind11::object queue_;

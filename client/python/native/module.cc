@@ -2,8 +2,8 @@
 // Python package. matmul_client uses it, when it imports, for daemons on a
 // unix socket; everything else (regions, tensors, most requests) stays in
 // Python, but for the common case of a stream-ordered CUDA product
-// (CudaFastPath). Also the CUDA driver's buffer ids, with which the package tells
-// whether a cached storage address still holds the same allocation.
+// (CudaFastPath). Also the CUDA driver's buffer ids, with which the package
+// tells whether a cached storage address still holds the same allocation.
 #include "absl/synchronization/mutex.h"
 #include "client/python/native/connection.h"
 #include "client/python/native/cuda_buffer_id.h"

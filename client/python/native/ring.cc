@@ -158,9 +158,8 @@ uint64_t Ring::QueueOnStream(py::handle product, uintptr_t stream,
                               timeout_s, tag);
 }
 
-uint64_t Ring::QueueRequestOnStream(v1::MatmulRequest request,
-                                    uintptr_t stream, double timeout_s,
-                                    uint64_t tag) {
+uint64_t Ring::QueueRequestOnStream(v1::MatmulRequest request, uintptr_t stream,
+                                    double timeout_s, uint64_t tag) {
   absl::Status status;
   bool closed = false;
   uint64_t ticket = 0;
