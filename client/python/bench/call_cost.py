@@ -160,6 +160,10 @@ def main():
     for name, values in times.items():
         print(f"  {name} {statistics.median(values):7.2f} "
               f"({min(values):.2f}, {max(values):.2f})")
+    if fast:
+        path = client._cuda_fast_path
+        print(f"fast path: {path.hits} products, {path.misses} handed to "
+              "the Python path")
     client._cuda_fast_matmul = False
     matmul_client._client._default_clients.clear()
     client.close()

@@ -148,6 +148,7 @@ class Client(_Session, _HostRegions, _CudaRegions):
         # none, or no longer): matmul's common case without this module's
         # Python (see _new_cuda_fast_path).
         self._cuda_fast_matmul = None
+        self._cuda_fast_path = None  # its CudaFastPath (hits, misses)
         _live_clients.add(self)
 
     @property
@@ -199,7 +200,9 @@ class Client(_Session, _HostRegions, _CudaRegions):
             self._release_answered()
             self._unregister_retired()  # those earlier products gave back
             if self._cuda_fast_matmul is None:
-                self._cuda_fast_matmul = self._new_cuda_fast_path()
+                self._cuda_fast_path = self._new_cuda_fast_path()
+                self._cuda_fast_matmul = self._cuda_fast_path and \
+                    self._cuda_fast_path.matmul
             return product.out
         product.synchronize_inputs()
         try:
@@ -307,8 +310,8 @@ class Client(_Session, _HostRegions, _CudaRegions):
         return future
 
     def _new_cuda_fast_path(self):
-        """The native CudaFastPath's matmul for this client, or False where
-        there is none (an extension without it, products not through a
+        """The native CudaFastPath of this client, or False where there is
+        none (an extension without it, products not through a
         native ring). It reads this client's caches and hands back to the
         Python path whatever is not the common case (see
         native/cuda_fast_path.h)."""
@@ -328,7 +331,7 @@ class Client(_Session, _HostRegions, _CudaRegions):
             queue, self._session_id, self._lock,
             self._in_flight.number_source(), self._retired_done,
             self._retired_on_answer, current_stream, torch.empty,
-            {torch.bfloat16: BF16, torch.float32: FP32}, buffer_id).matmul
+            {torch.bfloat16: BF16, torch.float32: FP32}, buffer_id)
 
     def _stream_order_refused(self, error, stacklevel=4):
         """True when `error` (raised before a stream-ordered product was

@@ -145,10 +145,6 @@ class CudaFastPathTest(unittest.TestCase):
                               b"\x02c" + address.to_bytes(8, "big") * 8, 0)
         return FakeTensor(storage, shape=shape, **kwargs)
 
-    def fast(self):
-        """The client's fast path object (the builtin's capsule holds it)."""
-        return self.client._cuda_fast_matmul
-
     def counts(self):
         """(fast products, Python products) queued so far."""
         paths = [q[0] for q in self.ring.queued]
@@ -185,6 +181,8 @@ class CudaFastPathTest(unittest.TestCase):
             self.assertIs(self.client.matmul(self.x, self.w, out=self.y,
                                              transpose_b=True), self.y)
         self.assertEqual(self.counts(), (3, 1))
+        fast_path = self.client._cuda_fast_path
+        self.assertEqual((fast_path.hits, fast_path.misses), (3, 0))
         self.assertEqual(len(self.registered), 3)
         first = self.ring.queued[0]
         for record in self.ring.queued[1:]:
@@ -266,6 +264,8 @@ class CudaFastPathTest(unittest.TestCase):
         self.buffer_ids[self.x.data_ptr()] = 8
         self.client.matmul(self.x, self.w, out=self.y, transpose_b=True)
         self.assertEqual(self.counts(), (1, 2))
+        fast_path = self.client._cuda_fast_path
+        self.assertEqual((fast_path.hits, fast_path.misses), (1, 1))
         self.assertEqual(len(self.registered), 4)  # x again, as r4
         request = pb.MatmulRequest.FromString(self.ring.queued[-1][1])
         self.assertEqual(request.a.region.region_id, "r4")
