@@ -149,9 +149,8 @@ def _linear_impl(x, weight, bias=None, out_dtype=None, target=DEFAULT_TARGET):
     _check_inputs("linear", **tensors)
     dtype = _result_dtype("linear", out_dtype)
     shape = _linear_shape(x, weight, bias)
-    # A 2-D x is its own rows, and out its own result: reshapes that would
-    # give the same shape and strides cost a call each, as much as the
-    # product's own Python.
+    # A 2-D x is its own rows, and out its own result: a reshape to the
+    # same shape and strides is still a trip through torch's dispatcher.
     flat = x.dim() == 2
     rows = x if flat else _as_rows(x)
     out = torch.empty((rows.shape[0], weight.shape[0]), dtype=dtype,
