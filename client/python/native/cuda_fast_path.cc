@@ -285,9 +285,12 @@ bool CudaFastPath::Look(PyObject* storages, const Operand& operand, Ref& ref) {
 long CudaFastPath::PeekDevice(PyObject* storages,  // NOLINT(runtime/int)
                               const Operand& operand) {
   py::object key = Steal(PyLong_FromUnsignedLongLong(operand.storage()));
-  if (!key) return Miss() - 1;
-  PyObject* entry = PyDict_GetItemWithError(storages, key.ptr());  // borrowed
-  if (entry == nullptr) return Miss() - 1;
+  PyObject* entry =  // borrowed
+      key ? PyDict_GetItemWithError(storages, key.ptr()) : nullptr;
+  if (entry == nullptr) {
+    PyErr_Clear();
+    return -1;
+  }
   if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 5 ||
       !PyLong_Check(PyTuple_GET_ITEM(entry, 3))) {
     return -1;
