@@ -47,6 +47,7 @@ CLIENT_SOURCES = [
 ]
 NATIVE_SOURCES = [
     "native/connection.cc",
+    "native/cuda_fast_path.cc",
     "native/matmul_error.cc",
     "native/module.cc",
     "native/product_request.cc",

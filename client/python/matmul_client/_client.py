@@ -21,7 +21,7 @@ from ._proto import matmul_pb2 as pb
 from ._proto import matmul_pb2_grpc as pb_grpc
 from ._scratch_pool import _ScratchPool
 from ._session import _Session
-from ._tensors import _ELEMENT_BYTES, BF16, _parse_dtype
+from ._tensors import _ELEMENT_BYTES, BF16, FP32, _parse_dtype
 from ._transports import _GrpcProducts, _load_native
 
 _ALIGNMENT = 64  # bytes; every operand placed in a scratch region starts so
@@ -143,6 +143,12 @@ class Client(_Session, _HostRegions, _CudaRegions):
         self._closed = False
         # False once the driver turned stream-ordered products down.
         self._stream_order_usable = True
+        # The native extension's CudaFastPath.matmul once a stream-ordered
+        # product went through the ring (None before; False where there is
+        # none, or no longer): matmul's common case without this module's
+        # Python (see _new_cuda_fast_path).
+        self._cuda_fast_matmul = None
+        self._cuda_fast_path = None  # its CudaFastPath (hits, misses)
         _live_clients.add(self)
 
     @property
@@ -173,6 +179,19 @@ class Client(_Session, _HostRegions, _CudaRegions):
         without waiting for the GPU. An error the daemon finds then raises
         at this client's next call or at synchronize(), and out is
         undefined. Over gRPC the call waits for the product instead."""
+        fast = self._cuda_fast_matmul
+        if fast:
+            # Everything below in C++ where the operands are cached CUDA
+            # storages; None where this path has to run (nothing was sent).
+            try:
+                queued = fast(self, a, b, out, transpose_b, transpose_a,
+                              alpha, beta, out_dtype, timeout, stream)
+            except MatmulError as error:
+                if not self._stream_order_refused(error, stacklevel=3):
+                    raise
+                queued = None
+            if queued is not None:
+                return queued
         self._raise_stream_failures()
         product = self._prepare(a, b, out, transpose_b, transpose_a, alpha,
                                 beta, out_dtype)
@@ -180,6 +199,10 @@ class Client(_Session, _HostRegions, _CudaRegions):
                 self._queue_on_stream(product, timeout, stream):
             self._release_answered()
             self._unregister_retired()  # those earlier products gave back
+            if self._cuda_fast_matmul is None:
+                self._cuda_fast_path = self._new_cuda_fast_path()
+                self._cuda_fast_matmul = self._cuda_fast_path and \
+                    self._cuda_fast_path.matmul
             return product.out
         product.synchronize_inputs()
         try:
@@ -286,7 +309,31 @@ class Client(_Session, _HostRegions, _CudaRegions):
             return None
         return future
 
-    def _stream_order_refused(self, error):
+    def _new_cuda_fast_path(self):
+        """The native CudaFastPath of this client, or False where there is
+        none (an extension without it, products not through a
+        native ring). It reads this client's caches and hands back to the
+        Python path whatever is not the common case (see
+        native/cuda_fast_path.h)."""
+        queue = getattr(self._products, "stream_queue", None)
+        native = self._native
+        if queue is None or native is None or \
+                not hasattr(native, "CudaFastPath"):
+            return False
+        import torch
+        current_stream = getattr(torch._C, "_cuda_getCurrentRawStream",
+                                 None) or _current_stream
+        # The buffer ids the cache holds are those of _cuda_buffer_id: the
+        # driver's, which the extension asks itself, unless a stand-in
+        # replaced it (tests).
+        buffer_id = self.__dict__.get("_cuda_buffer_id")
+        return native.CudaFastPath(
+            queue, self._session_id, self._lock,
+            self._in_flight.number_source(), self._retired_done,
+            self._retired_on_answer, current_stream, torch.empty,
+            {torch.bfloat16: BF16, torch.float32: FP32}, buffer_id)
+
+    def _stream_order_refused(self, error, stacklevel=4):
         """True when `error` (raised before a stream-ordered product was
         sent) says the driver cannot order products: stream order is off
         from then on, with a warning."""
@@ -294,8 +341,10 @@ class Client(_Session, _HostRegions, _CudaRegions):
             return False
         warnings.warn(f"stream-ordered products are unavailable "
                       f"({error.details}); CUDA products synchronize "
-                      "the device instead", RuntimeWarning, stacklevel=4)
+                      "the device instead", RuntimeWarning,
+                      stacklevel=stacklevel)
         self._stream_order_usable = False
+        self._cuda_fast_matmul = False
         return True
 
     def _raise_stream_failures(self):
@@ -449,6 +498,7 @@ class Client(_Session, _HostRegions, _CudaRegions):
             if self._closed:
                 return
             self._closed = True
+            self._cuda_fast_matmul = False
         self._in_flight.wait()
         self._products.wait_stream_calls()
         with self._lock:
@@ -482,6 +532,11 @@ _default_lock = threading.Lock()
 def default_client(target="unix:/run/matmul/matmul.sock"):
     """The process-wide Client of `target` (created on first use, closed at
     exit)."""
+    # Without the lock when it exists (a dict read is atomic): the
+    # module-level matmul asks on every call.
+    client = _default_clients.get(target)
+    if client is not None:
+        return client
     with _default_lock:
         client = _default_clients.get(target)
         if client is None:

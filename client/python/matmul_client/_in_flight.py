@@ -71,6 +71,11 @@ class _InFlight:
         comes back with its failure)."""
         return next(self._numbers)
 
+    def number_source(self):
+        """The iterator number() draws from (the native fast path draws
+        from it too)."""
+        return self._numbers
+
     def start(self):
         future = _ProductFuture(next(self._numbers))
         # Running from the start: the product cannot be taken back, so

@@ -149,7 +149,10 @@ def _linear_impl(x, weight, bias=None, out_dtype=None, target=DEFAULT_TARGET):
     _check_inputs("linear", **tensors)
     dtype = _result_dtype("linear", out_dtype)
     shape = _linear_shape(x, weight, bias)
-    rows = _as_rows(x)
+    # A 2-D x is its own rows, and out its own result: a reshape to the
+    # same shape and strides is still a trip through torch's dispatcher.
+    flat = x.dim() == 2
+    rows = x if flat else _as_rows(x)
     out = torch.empty((rows.shape[0], weight.shape[0]), dtype=dtype,
                       device=x.device)
     if bias is not None:
@@ -158,7 +161,7 @@ def _linear_impl(x, weight, bias=None, out_dtype=None, target=DEFAULT_TARGET):
         return (out if bias is not None else out.zero_()).reshape(shape)
     default_client(target).matmul(rows, weight, out=out, transpose_b=True,
                                   beta=0.0 if bias is None else 1.0)
-    return out.reshape(shape)
+    return out if flat else out.reshape(shape)
 
 
 def _linear_fake(x, weight, bias=None, out_dtype=None, target=DEFAULT_TARGET):

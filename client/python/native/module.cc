@@ -1,11 +1,13 @@
 // matmul_client._native: the C++ client's session and request ring for the
 // Python package. matmul_client uses it, when it imports, for daemons on a
 // unix socket; everything else (regions, tensors, most requests) stays in
-// Python. Also the CUDA driver's buffer ids, with which the package tells
-// whether a cached storage address still holds the same allocation.
+// Python, but for the common case of a stream-ordered CUDA product
+// (CudaFastPath). Also the CUDA driver's buffer ids, with which the package
+// tells whether a cached storage address still holds the same allocation.
 #include "absl/synchronization/mutex.h"
 #include "client/python/native/connection.h"
 #include "client/python/native/cuda_buffer_id.h"
+#include "client/python/native/cuda_fast_path.h"
 #include "client/python/native/product_request.h"
 #include "client/python/native/ring.h"
 #include "pybind11/pybind11.h"
@@ -21,4 +23,5 @@ PYBIND11_MODULE(_native, module) {
   matmul::python::BindRing(module);
   matmul::python::BindProductRequest(module);
   matmul::python::BindCudaBufferId(module);
+  matmul::python::BindCudaFastPath(module);
 }

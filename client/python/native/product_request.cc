@@ -34,29 +34,39 @@ v1::DType DTypeOf(py::handle value) {
 
 void SetTensor(py::handle operand, v1::Tensor* tensor) {
   const py::tuple items = TupleOf(operand, 5, "an operand");
-  v1::RegionRef* region = tensor->mutable_region();
-  region->set_region_id(items[0].cast<std::string>());
-  region->set_offset_bytes(items[1].cast<uint64_t>());
-  const py::tuple shape = TupleOf(items[2], -1, "a shape");
-  const py::tuple strides = TupleOf(items[3], shape.size(), "strides");
-  std::vector<int64_t> contiguous(shape.size(), 1);
-  for (size_t i = 0; i < shape.size(); ++i) {
-    tensor->add_shape(shape[i].cast<int64_t>());
-  }
-  for (size_t i = shape.size(); i-- > 1;) {
-    contiguous[i - 1] = contiguous[i] * tensor->shape(static_cast<int>(i));
-  }
-  bool is_contiguous = true;
-  for (size_t i = 0; i < strides.size(); ++i) {
-    tensor->add_strides(strides[i].cast<int64_t>());
-    is_contiguous =
-        is_contiguous && tensor->strides(static_cast<int>(i)) == contiguous[i];
-  }
-  if (is_contiguous) tensor->clear_strides();
-  tensor->set_dtype(DTypeOf(items[4]));
+  const std::string region_id = items[0].cast<std::string>();
+  const uint64_t offset_bytes = items[1].cast<uint64_t>();
+  const py::tuple shape_items = TupleOf(items[2], -1, "a shape");
+  const py::tuple stride_items =
+      TupleOf(items[3], shape_items.size(), "strides");
+  std::vector<int64_t> shape, strides;
+  for (const py::handle d : shape_items) shape.push_back(d.cast<int64_t>());
+  for (const py::handle s : stride_items) strides.push_back(s.cast<int64_t>());
+  SetRegionTensor(region_id, offset_bytes, shape, strides, DTypeOf(items[4]),
+                  tensor);
 }
 
 }  // namespace
+
+void SetRegionTensor(std::string_view region_id, uint64_t offset_bytes,
+                     absl::Span<const int64_t> shape,
+                     absl::Span<const int64_t> strides, v1::DType dtype,
+                     v1::Tensor* tensor) {
+  v1::RegionRef* region = tensor->mutable_region();
+  region->set_region_id(region_id.data(), region_id.size());
+  region->set_offset_bytes(offset_bytes);
+  bool contiguous = true;
+  int64_t dense = 1;  // the row-major stride of dimension i
+  for (size_t i = shape.size(); i-- > 0;) {
+    contiguous = contiguous && strides[i] == dense;
+    dense *= shape[i];
+  }
+  for (const int64_t d : shape) tensor->add_shape(d);
+  if (!contiguous) {
+    for (const int64_t s : strides) tensor->add_strides(s);
+  }
+  tensor->set_dtype(dtype);
+}
 
 v1::MatmulRequest ProductRequest(py::handle product,
                                  const std::string& session_id) {

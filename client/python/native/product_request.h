@@ -12,8 +12,11 @@
 #ifndef MATMUL_CLIENT_PYTHON_NATIVE_PRODUCT_REQUEST_H_
 #define MATMUL_CLIENT_PYTHON_NATIVE_PRODUCT_REQUEST_H_
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
+#include "absl/types/span.h"
 #include "matmul/v1/matmul.pb.h"
 #include "pybind11/pybind11.h"
 
@@ -23,6 +26,15 @@ namespace matmul::python {
 // ValueError when `product` does not have the form above. Needs the GIL.
 v1::MatmulRequest ProductRequest(pybind11::handle product,
                                  const std::string& session_id);
+
+// Sets `tensor` to an operand at `offset_bytes` into region `region_id`:
+// shape, strides (left out when contiguous row-major, as above) and dtype.
+// `strides` has one item per dimension of `shape`. ProductRequest and the
+// CUDA fast path (cuda_fast_path.h) both describe operands through it.
+void SetRegionTensor(std::string_view region_id, uint64_t offset_bytes,
+                     absl::Span<const int64_t> shape,
+                     absl::Span<const int64_t> strides, v1::DType dtype,
+                     v1::Tensor* tensor);
 
 // Adds product_request(product, session_id) -> serialized MatmulRequest to
 // the module (the tests compare it with the package's messages).

@@ -154,7 +154,12 @@ absl::Status Ring::SendOnStream(v1::MatmulRequest request, uintptr_t stream,
 
 uint64_t Ring::QueueOnStream(py::handle product, uintptr_t stream,
                              double timeout_s, uint64_t tag) {
-  v1::MatmulRequest request = ProductRequest(product, session_id_);
+  return QueueRequestOnStream(ProductRequest(product, session_id_), stream,
+                              timeout_s, tag);
+}
+
+uint64_t Ring::QueueRequestOnStream(v1::MatmulRequest request, uintptr_t stream,
+                                    double timeout_s, uint64_t tag) {
   absl::Status status;
   bool closed = false;
   uint64_t ticket = 0;
@@ -261,6 +266,8 @@ void BindRing(py::module_& module) {
       .def("take_stream_failures", &Ring::TakeStreamFailures,
            "[(ticket, tag, MatmulError)] of the queue_on_stream products "
            "that failed since the last call, by ticket.")
+      .def("has_stream_failures", &Ring::HasStreamFailures,
+           "Whether take_stream_failures has anything to give.")
       .def("answered_through", &Ring::AnsweredThrough,
            "Every queue_on_stream ticket below this one is answered.")
       .def("wait_stream_calls", &Ring::WaitStreamCalls,

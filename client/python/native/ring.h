@@ -20,6 +20,7 @@
 #include "client/python/native/connection.h"
 #include "client/request_ring.h"
 #include "client/stream_ordered_calls.h"
+#include "matmul/v1/matmul.pb.h"
 #include "pybind11/pybind11.h"
 
 namespace matmul::python {
@@ -66,6 +67,11 @@ class Ring {
   uint64_t QueueOnStream(pybind11::handle product, uintptr_t stream,
                          double timeout_s, uint64_t tag);
 
+  // QueueOnStream of a request already built (its session_id set): the
+  // CUDA fast path's (cuda_fast_path.h). Raises as QueueOnStream.
+  uint64_t QueueRequestOnStream(v1::MatmulRequest request, uintptr_t stream,
+                                double timeout_s, uint64_t tag);
+
   // The same with the outcome delivered to `callback`, which runs as for
   // CallAsync once the daemon answers, as callback(None, None) or
   // callback(None, MatmulError); with `signal_stream` false the work
@@ -78,6 +84,9 @@ class Ring {
   // The QueueOnStream products that failed since the last call, by ticket,
   // as (ticket, tag, MatmulError); no lock when there are none.
   pybind11::list TakeStreamFailures();
+
+  // Whether TakeStreamFailures has anything (no lock, no GIL needed).
+  bool HasStreamFailures() const { return tickets_.has_failures(); }
 
   // Every QueueOnStream ticket below this one is answered.
   uint64_t AnsweredThrough() const { return tickets_.answered_through(); }

@@ -55,6 +55,9 @@ class FakeTensor:
     def stride(self):
         return self.strides
 
+    def data_ptr(self):
+        return self.storage.address + self.element_offset * self.dtype.size
+
     def untyped_storage(self):
         return self.storage
 

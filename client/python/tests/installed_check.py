@@ -15,13 +15,16 @@ without a GPU its stream-ordered calls refuse with FAILED_PRECONDITION
 falls back to gRPC, and products, matmul_async and errors work.
 """
 
+import collections
 import importlib.util
+import itertools
 import os
 import random
 import subprocess
 import sys
 import threading
 import time
+import types
 import warnings
 
 import grpc
@@ -324,6 +327,34 @@ def check_stream_calls_without_a_gpu(client):
           f"answered through {ring.answered_through()}, expected 3")
     check(ring.wait_stream_calls(0.0), "unsent products are waited for")
     check(ring.take_stream_failures() == [], "unsent products failed")
+    check(not ring.has_stream_failures(), "has_stream_failures")
+    # The CUDA fast path over this ring (CPU tensors stand in for CUDA ones
+    # in a cache filled by hand): its product reaches
+    # Ring.queue_request_on_stream, which refuses it as queue_on_stream
+    # does, after one product number.
+    a, b, c = (torch.zeros(shape, dtype=torch.bfloat16)
+               for shape in ((16, 32), (24, 32), (16, 24)))
+    state = types.SimpleNamespace(
+        _closed=False, _retired=[], timeout=5.0,
+        _cuda_storages={t.data_ptr(): (f"r{i}", 0, 1 << 20, 0, 7)
+                        for i, t in enumerate((a, b, c))},
+        _cuda_unidentified=set(), _cuda_next_freed_check={0: float("inf")})
+    numbers = itertools.count(42)
+    fast = _native.CudaFastPath(
+        ring, client.session_id, threading.RLock(), numbers,
+        collections.deque(), collections.deque(), lambda device: 0,
+        torch.empty, {torch.bfloat16: bf16, torch.float32: fp32},
+        lambda address: 7)
+    try:
+        fast.matmul(state, a, b, c, True, False, 1.0, 0.0, None, None, None)
+    except MatmulError as error:
+        check(error.code == grpc.StatusCode.FAILED_PRECONDITION, error)
+    else:
+        raise AssertionError("a fast stream-ordered call without a GPU")
+    check(next(numbers) == 43, "the fast path took no product number")
+    check((fast.hits, fast.misses) == (0, 0), (fast.hits, fast.misses))
+    check(ring.answered_through() == 4,
+          f"answered through {ring.answered_through()}, expected 4")
 
 
 def check_without_extension(target):
