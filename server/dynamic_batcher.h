@@ -30,7 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "server/adaptive_spin.h"
+#include "common/adaptive_spin.h"
 
 namespace matmul {
 

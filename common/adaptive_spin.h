@@ -13,8 +13,8 @@
 //
 // Thread-safe: arrivals and readers may be on different threads; the
 // estimate is a hint, and a stale read only spins a little more or less.
-#ifndef MATMUL_SERVER_ADAPTIVE_SPIN_H_
-#define MATMUL_SERVER_ADAPTIVE_SPIN_H_
+#ifndef MATMUL_COMMON_ADAPTIVE_SPIN_H_
+#define MATMUL_COMMON_ADAPTIVE_SPIN_H_
 
 #include <algorithm>
 #include <atomic>
@@ -69,4 +69,4 @@ class AdaptiveSpin {
 
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_ADAPTIVE_SPIN_H_
+#endif  // MATMUL_COMMON_ADAPTIVE_SPIN_H_

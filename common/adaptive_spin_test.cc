@@ -1,4 +1,4 @@
-#include "server/adaptive_spin.h"
+#include "common/adaptive_spin.h"
 
 #include "gtest/gtest.h"
 
