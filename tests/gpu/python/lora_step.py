@@ -259,6 +259,44 @@ def run_side(side_name, linear, state, args, clock, target):
     return [loss.item() for loss in losses], step_ms
 
 
+def profile_daemon_step(linear, state, args, clock, target):
+    """Where a daemon step's time goes: the host's time to issue one step
+    (no synchronize) beside the GPU's time for it, the client's fast-path
+    hits and misses over the steps, and the Python functions that took
+    most of the host's time (cProfile, cumulative)."""
+    import cProfile
+    import io
+    import pstats
+    client = matmul_client.default_client(target)
+    side = Side(linear, state, args)
+    for _ in range(3):
+        side.step()
+    clock.sync()
+    fast = client._cuda_fast_path
+    hits, misses = (fast.hits, fast.misses) if fast else (0, 0)
+    issue_ms, gpu_ms = [], []
+    profiler = cProfile.Profile()
+    for _ in range(args.steps):
+        start_event = clock.mark()
+        start = time.perf_counter()
+        profiler.enable()
+        side.step()
+        profiler.disable()
+        issue_ms.append((time.perf_counter() - start) * 1e3)
+        gpu_ms.append(clock.ms(start_event, clock.mark()))
+    client.synchronize()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(
+        25)
+    report = {"issue_ms": statistics.median(issue_ms),
+              "step_ms": statistics.median(gpu_ms),
+              "profile": text.getvalue()}
+    if fast:
+        report["fast_path_hits"] = fast.hits - hits
+        report["fast_path_misses"] = fast.misses - misses
+    return report
+
+
 def count_daemon_products(linear, state, args, target):
     """Products the client sends to the daemon in one training step."""
     client = matmul_client.default_client(target)
@@ -547,6 +585,11 @@ def main():
     parser.add_argument("--products", action="store_true",
                         help="also time the step's products one shape at a "
                         "time, 100 in a row each")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile the daemon side's steps: host "
+                        "time to issue a step against its GPU time, the "
+                        "client's fast-path hits and misses, cProfile's top "
+                        "functions")
     args = parser.parse_args()
     args.scale = args.lora_alpha / args.rank
     device = torch.device(args.device)
@@ -598,6 +641,16 @@ def main():
         report["products"] = measure_products(args, device, clock)
     print(file=sys.stderr)
     print(table(report))
+    if args.profile:
+        profile = profile_daemon_step(linears["daemon"], state, args, clock,
+                                      args.target)
+        report["profile"] = profile
+        print(f"\nprofile of {args.steps} daemon steps: host issues a step "
+              f"in {profile['issue_ms']:.3f} ms, the step takes "
+              f"{profile['step_ms']:.3f} ms; fast path hits "
+              f"{profile.get('fast_path_hits')}, misses "
+              f"{profile.get('fast_path_misses')}")
+        print(profile["profile"])
     for line in failed:
         print("FAILED " + line)
     if args.json:

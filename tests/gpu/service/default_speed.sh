@@ -44,8 +44,8 @@ part() {
   local start=$SECONDS rc=0
   mkdir -p "$logs/$name"
   OUT=$logs/$name timeout "$limit" "$@" >"$logs/$name.log" 2>&1 || rc=$?
-  printf '== %-8s rc=%-3s %4ss\n' "$name" "$rc" $((SECONDS - start)) |
-    tee -a "$summary"
+  printf '== %-8s rc=%-3s %4ss\n' "$name" "$rc" $((SECONDS - start)) \
+    >>"$summary"
 }
 
 # The idle daemon: CPU time over 10 s, starting 1 s after a burst of
