@@ -55,7 +55,7 @@ idle_cpu() {
   start_cuda_daemon --metrics_listen= $DAEMON_FLAGS
   bundle/matmul-cli bench --target="$sock" --shape=256x256x256 \
     --transpose_b --mode=shm --rings=1 --concurrency=4 --duration=3s \
-    --max_windows=1
+    --max_windows=1 --stable_windows=1
   sleep 1
   local ticks before after
   ticks=$(getconf CLK_TCK)
@@ -78,7 +78,8 @@ part lora 560 env MPS="${MPS:-both}" bash tests/gpu/python/lora_step.sh \
   --repeat="$repeats" --products
 part grpc 300 env REPEATS="$repeats" CONFIGS=defaults \
   bash tests/gpu/service/grpc_floor.sh
-part idle 60 idle_cpu
+export -f idle_cpu start_cuda_daemon stop_cuda_daemon
+part idle 60 bash -c idle_cpu
 
 # The figures, then everything else packed.
 for name in $parts; do
