@@ -89,10 +89,10 @@ class LaneRoutingTest : public ::testing::Test {
       lanes_.push_back(MakeTestLane(std::move(backend), *metrics_, device));
     }
     service_ = std::make_unique<MatmulServiceImpl>(
-        lanes_, *metrics_, registry_, ValidationLimits{},
-        /*max_concurrent_requests=*/64, /*max_in_flight_per_client=*/8,
-        "matmul-", /*allow_other_shm_owners=*/false, RingOptions{},
-        /*caller_thread_max_flops=*/0);
+        lanes_, *metrics_, registry_,
+        MatmulServiceOptions{.admission = {.max_in_flight_per_client = 8},
+                             .max_concurrent_requests = 64,
+                             .shm_prefix = "matmul-"});
   }
   ~LaneRoutingTest() override {
     for (FakeGpuBackend* backend : backends_) {
@@ -152,7 +152,7 @@ class LaneRoutingTest : public ::testing::Test {
   }
 
   void Submit(Answer& answer, const std::string& client) {
-    ProductSubmitter& submitter = *service_;
+    ProductSubmitter& submitter = service_->admission();
     submitter.Submit({.caller = kOwner, .client_key = client}, &answer.request,
                      &answer.response, [&answer](absl::Status status) {
                        answer.status = std::move(status);

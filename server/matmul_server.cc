@@ -142,11 +142,18 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     }
     return gauges;
   });
+  MatmulServiceOptions service;
+  service.admission = {
+      .limits = options.limits,
+      .max_in_flight_per_client = options.max_in_flight_per_client,
+      .caller_thread_max_flops = options.caller_thread_max_flops};
+  service.max_concurrent_requests = max_concurrent;
+  service.shm_prefix = options.shm_prefix;
+  service.allow_other_shm_owners = options.allow_other_shm_owners;
+  service.rings = options.rings;
+  service.unary_api = options.unary_api;
   server->service_ = std::make_unique<MatmulServiceImpl>(
-      server->lanes_, *server->metrics_, *server->registry_, options.limits,
-      max_concurrent, options.max_in_flight_per_client, options.shm_prefix,
-      options.allow_other_shm_owners, options.rings,
-      options.caller_thread_max_flops, options.unary_api);
+      server->lanes_, *server->metrics_, *server->registry_, service);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -1,10 +1,11 @@
 // The gRPC face of the daemon (callback API; unary Matmul on the callback
-// or the synchronous API, UnaryApi): validates and binds each request on
-// the gRPC thread, hands valid ones to the executor (which batches them)
-// and answers when the product is done. Matmul is unary;
-// MatmulStream multiplexes many requests over one stream and answers each as it
-// completes (any order, matched by request_id; a bad request gets a response
-// with status_code set and the stream goes on).
+// or the synchronous API, UnaryApi): sessions, regions and rings, and the
+// products of unary calls, MatmulStreams and rings, which it hands to its
+// ProductAdmission (product_admission.h) on the gRPC thread; each is
+// answered when it is done. MatmulStream multiplexes many requests over one
+// stream and answers each as it completes (any order, matched by
+// request_id; a bad request gets a response with status_code set and the
+// stream goes on).
 #ifndef MATMUL_SERVER_MATMUL_SERVICE_H_
 #define MATMUL_SERVER_MATMUL_SERVICE_H_
 
@@ -13,16 +14,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "kernels/gemm_backend.h"
 #include "matmul/v1/matmul.grpc.pb.h"
-#include "server/client_quota.h"
 #include "server/device_lane.h"
 #include "server/metrics.h"
-#include "server/pending_product.h"
+#include "server/product_admission.h"
 #include "server/regions/region_opener.h"
 #include "server/regions/region_registry.h"
 #include "server/request_validation.h"
 #include "server/ring/ring_reactor.h"
 #include "server/session_reactor.h"
-#include "server/transport/product_submitter.h"
 
 namespace matmul {
 
@@ -55,17 +54,29 @@ using MatmulCallbackService =
 // time).
 enum class UnaryApi { kCallback, kSync, kCallbackRunSmall };
 
-class MatmulServiceImpl final : public MatmulCallbackService,
-                                public ProductSubmitter {
+struct MatmulServiceOptions {
+  AdmissionOptions admission;
+  // Reported by GetServerInfo.
+  int max_concurrent_requests = 0;
+  // Shared-memory regions and rings must be named with this prefix, and
+  // belong to their caller unless allow_other_shm_owners.
+  std::string shm_prefix = "matmul";
+  bool allow_other_shm_owners = false;
+  RingOptions rings;
+  UnaryApi unary_api = UnaryApi::kCallback;
+};
+
+class MatmulServiceImpl final : public MatmulCallbackService {
  public:
-  // `lanes` (at least one) must outlive the service.
-  // `max_in_flight_per_client` bounds each client's share (ClientQuota).
+  // `lanes` (at least one), `metrics` and `registry` must outlive the
+  // service.
   MatmulServiceImpl(std::vector<DeviceLane>& lanes, ServerMetrics& metrics,
-                    RegionRegistry& registry, const ValidationLimits& limits,
-                    int max_concurrent_requests, int max_in_flight_per_client,
-                    std::string shm_prefix, bool allow_other_shm_owners,
-                    const RingOptions& rings, double caller_thread_max_flops,
-                    UnaryApi unary_api = UnaryApi::kCallback);
+                    RegionRegistry& registry,
+                    const MatmulServiceOptions& options);
+
+  // Where every transport's products go (the unary calls, the streams and
+  // the rings this service makes).
+  ProductAdmission& admission() { return admission_; }
 
   // Unary Matmul on the callback API (raw bytes in and out).
   grpc::ServerUnaryReactor* MatmulCallback(
@@ -109,19 +120,7 @@ class MatmulServiceImpl final : public MatmulCallbackService,
   // clients to hang up.
   void CloseAllSessions();
 
-  void Submit(CallControl control, const v1::MatmulRequest* request,
-              v1::MatmulResponse* response,
-              absl::AnyInvocable<void(absl::Status) &&> done) override;
-
  private:
-  // OK for a request without region operands; otherwise the caller must
-  // be local and own the request's session.
-  absl::Status CheckRegionAccess(const CallControl& control,
-                                 const v1::MatmulRequest& request) const;
-  // The lane a product runs on: the GPU that holds its region operands,
-  // else the least loaded lane. FAILED_PRECONDITION when no lane serves
-  // the regions' device.
-  absl::StatusOr<DeviceLane*> LaneFor(const BoundOperands& operands);
   // The lane whose device a region registration names (the first lane for
   // shm, or when none matches: its opener then explains the mismatch).
   DeviceLane& LaneFor(const v1::RegisterRegionRequest& request);
@@ -129,15 +128,8 @@ class MatmulServiceImpl final : public MatmulCallbackService,
   std::vector<DeviceLane>& lanes_;
   ServerMetrics& metrics_;
   RegionRegistry& registry_;
-  const ValidationLimits limits_;
-  const int max_concurrent_requests_;
-  ClientQuota client_quota_;
-  const std::string shm_prefix_;
-  const bool allow_other_shm_owners_;
-  const RingOptions ring_options_;
-  // Products up to this size may run on a unary call's own thread.
-  const double caller_thread_max_flops_;
-  const UnaryApi unary_api_;
+  const MatmulServiceOptions options_;
+  ProductAdmission admission_;
 
   absl::Mutex sessions_mu_;
   absl::flat_hash_set<SessionReactor*> sessions_ ABSL_GUARDED_BY(sessions_mu_);

@@ -1,4 +1,4 @@
-// MatmulServiceImpl::Submit, the path every transport's requests take
+// ProductAdmission::Submit, the path every transport's requests take
 // (through the ProductSubmitter interface the reactors hold): what is
 // answered before queueing, region access, the per-client quota, and a
 // product that runs.
@@ -56,12 +56,13 @@ class MatmulServiceTest : public ::testing::Test {
     auto backend = std::make_unique<GatedBackend>();
     backend_ = backend.get();
     lanes_.push_back(MakeTestLane(std::move(backend), *metrics_, 0));
+    // Every product goes through the gated backend on the worker
+    // (caller_thread_max_flops 0).
     service_ = std::make_unique<MatmulServiceImpl>(
-        lanes_, *metrics_, registry_, ValidationLimits{},
-        /*max_concurrent_requests=*/64, /*max_in_flight_per_client=*/1,
-        "matmul-", /*allow_other_shm_owners=*/false, RingOptions{},
-        // Every product goes through the gated backend on the worker.
-        /*caller_thread_max_flops=*/0);
+        lanes_, *metrics_, registry_,
+        MatmulServiceOptions{.admission = {.max_in_flight_per_client = 1},
+                             .max_concurrent_requests = 64,
+                             .shm_prefix = "matmul-"});
   }
   ~MatmulServiceTest() override {
     if (!backend_->gate.HasBeenNotified()) backend_->gate.Notify();
@@ -79,7 +80,7 @@ class MatmulServiceTest : public ::testing::Test {
 
   // Submits through the interface the reactors use.
   void Submit(Answer& answer, CallControl control) {
-    ProductSubmitter& submitter = *service_;
+    ProductSubmitter& submitter = service_->admission();
     submitter.Submit(std::move(control), &answer.request, &answer.response,
                      [&answer](absl::Status status) {
                        answer.status = std::move(status);

@@ -1,6 +1,6 @@
 // What a transport hands a request to. The gRPC stream reactor and the
 // request ring's poller take requests off their transport and submit each
-// one here; MatmulServiceImpl implements it. The reactors depend on this
+// one here; ProductAdmission implements it. The reactors depend on this
 // interface rather than on the service, so the service can own and create
 // them without an include cycle.
 #ifndef MATMUL_SERVER_TRANSPORT_PRODUCT_SUBMITTER_H_

@@ -1,4 +1,4 @@
-// Whole serialized MatmulRequests through MatmulServiceImpl::Submit on the
+// Whole serialized MatmulRequests through ProductAdmission::Submit on the
 // CPU backend, as a gRPC call hands them over: validation, binding, the
 // batcher, the executor, OpenBLAS and the answer. Every request is answered
 // exactly once, and an accepted one with a dense result of the right size.
@@ -46,10 +46,10 @@ class Service {
     limits_.max_tensor_bytes = 1 << 16;
     limits_.max_message_bytes = 1 << 16;
     service_ = std::make_unique<MatmulServiceImpl>(
-        lanes_, *metrics_, registry_, limits_, /*max_concurrent_requests=*/16,
-        /*max_in_flight_per_client=*/0, "matmul-fuzz",
-        /*allow_other_shm_owners=*/false, RingOptions{},
-        /*caller_thread_max_flops=*/0);
+        lanes_, *metrics_, registry_,
+        MatmulServiceOptions{.admission = {.limits = limits_},
+                             .max_concurrent_requests = 16,
+                             .shm_prefix = "matmul-fuzz"});
   }
 
   MatmulServiceImpl& service() { return *service_; }
@@ -81,12 +81,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::Notification done;
   absl::Status result;
   int answers = 0;
-  service->service().Submit(CallControl{}, &request, &response,
-                            [&](absl::Status status) {
-                              result = std::move(status);
-                              ++answers;
-                              done.Notify();
-                            });
+  service->service().admission().Submit(CallControl{}, &request, &response,
+                                        [&](absl::Status status) {
+                                          result = std::move(status);
+                                          ++answers;
+                                          done.Notify();
+                                        });
   done.WaitForNotification();
   FUZZ_CHECK(answers == 1);
   if (!result.ok()) {
