@@ -6,7 +6,10 @@
 # refused) and no pids limit. An existing /etc/containers/containers.conf or
 # storage.conf is left as it is.
 set -euo pipefail
-packages=(podman runc debootstrap podman-compose curl jq python3-venv)
+# dnsname: container names resolve on compose networks (CNI, as podman 4.3
+# on Debian 12 uses).
+packages=(podman runc debootstrap podman-compose curl python3-venv iptables
+  golang-github-containernetworking-plugin-dnsname)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
