@@ -33,9 +33,24 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
 
 // gRPC's own round_robin: one subchannel per address the target resolves
 // to, calls taken in turn by those that are ready, so a daemon that drains
-// (GOAWAY) or goes away stops getting new calls.
-constexpr char kRoundRobinServiceConfig[] =
-    R"({"loadBalancingConfig": [{"round_robin": {}}]})";
+// (GOAWAY) or goes away stops getting new calls. A Matmul that a draining
+// daemon turns away before answering (UNAVAILABLE, or CANCELLED for a call
+// that reached it as it shut down) is sent again by gRPC, to another
+// daemon: over TCP every product is inline, so sending one twice changes
+// nothing.
+constexpr char kRoundRobinServiceConfig[] = R"({
+  "loadBalancingConfig": [{"round_robin": {}}],
+  "methodConfig": [{
+    "name": [{"service": "matmul.v1.MatmulService", "method": "Matmul"}],
+    "retryPolicy": {
+      "maxAttempts": 3,
+      "initialBackoff": "0.01s",
+      "maxBackoff": "0.1s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]
+    }
+  }]
+})";
 
 }  // namespace
 
@@ -83,6 +98,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target,
   ApplyServerName(options.tls, arguments);
   if (!IsLocalTarget(target)) {
     arguments.SetServiceConfigJSON(kRoundRobinServiceConfig);
+    // gRPC keeps a call's request for a retry only up to this size.
+    arguments.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE,
+                     static_cast<int>(options.max_message_bytes));
   }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       ChannelCredentials(options.tls);

@@ -51,13 +51,15 @@ import_root() {
   echo "imported $image: $(($(date +%s) - start)) s"
 }
 
-# The CUDA libraries the daemon loads, where the CUDA images keep them.
+# The CUDA libraries the daemon loads, where the CUDA images keep them
+# (lib64 and targets/*/lib lead to lib, as in the toolkit's own layout).
 cuda_runtime_libs() {
   local dir=$1
-  mkdir -p "$dir/usr/local/cuda-13.0/lib64"
+  mkdir -p "$dir/usr/local/cuda-13.0/lib"
+  ln -sfn lib "$dir/usr/local/cuda-13.0/lib64"
   ln -sfn cuda-13.0 "$dir/usr/local/cuda"
   cp -a "$cuda"/lib64/libcudart.so* "$cuda"/lib64/libcublas.so* \
-    "$cuda"/lib64/libcublasLt.so* "$dir/usr/local/cuda-13.0/lib64/"
+    "$cuda"/lib64/libcublasLt.so* "$dir/usr/local/cuda-13.0/lib/"
   echo /usr/local/cuda/lib64 >"$dir/etc/ld.so.conf.d/000_cuda.conf"
   chroot "$dir" ldconfig
 }
@@ -82,8 +84,8 @@ if wanted "$devel"; then
   cp -a "$cuda"/bin "$cuda"/include "$cuda"/nvvm "$dir/usr/local/cuda-13.0/"
   [[ -d $cuda/targets ]] && cp -a "$cuda"/targets "$dir/usr/local/cuda-13.0/"
   cp -a "$cuda"/lib64/cmake "$cuda"/lib64/stubs "$cuda"/lib64/*.a \
-    "$dir/usr/local/cuda-13.0/lib64/"
-  cp -a "$cuda"/lib64/libcupti.so* "$dir/usr/local/cuda-13.0/lib64/" 2>/dev/null || true
+    "$dir/usr/local/cuda-13.0/lib/"
+  cp -a "$cuda"/lib64/libcupti.so* "$dir/usr/local/cuda-13.0/lib/" 2>/dev/null || true
   chroot "$dir" ldconfig
   import_root "$devel" "$dir" \
     --change 'ENV PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
