@@ -37,20 +37,27 @@ WORKDIR /src
 COPY deploy/install_deps.sh deploy/install_deps.sh
 RUN deploy/install_deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
+# The daemon (uid 990) opens the shm segments and request rings that
+# clients make, mode 0600 under their own uids: CAP_DAC_OVERRIDE, as a file
+# capability of matmul-server alone, lets it; it still uses a segment only
+# for the caller that owns it (the peer credentials of its socket).
 RUN BUILD_TARGETS="${BUILD_TARGETS}" \
       deploy/build.sh "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
         "-DMATMUL_GIT_COMMIT=${GIT_COMMIT}" \
-    && deploy/collect_runtime.sh build /opt/matmul
+    && deploy/collect_runtime.sh build /opt/matmul \
+    && setcap cap_dac_override=ep /opt/matmul/bin/matmul-server
 
 FROM ${RUNTIME_IMAGE}
+COPY --from=build /opt/matmul /opt/matmul
+# A binary with a file capability ignores LD_LIBRARY_PATH: /opt/matmul/lib
+# goes into the loader's cache instead.
 RUN groupadd --system --gid 990 matmul \
     && useradd --system --uid 990 --gid matmul --no-create-home \
          --home-dir /nonexistent --shell /usr/sbin/nologin matmul \
     && install -d -o matmul -g matmul -m 0750 /run/matmul \
-    && install -d -o matmul -g matmul -m 0750 /var/cache/matmul
-COPY --from=build /opt/matmul /opt/matmul
+    && install -d -o matmul -g matmul -m 0750 /var/cache/matmul \
+    && echo /opt/matmul/lib >/etc/ld.so.conf.d/matmul.conf && ldconfig
 ENV PATH=/opt/matmul/bin:${PATH} \
-    LD_LIBRARY_PATH=/opt/matmul/lib \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility
 USER matmul:matmul
 # The socket directory (bind the host's) and the tuning cache (kernel

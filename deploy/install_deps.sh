@@ -23,6 +23,8 @@ build=(
   libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
   # The build configures its tests too (find_package(GTest) is required).
   libgtest-dev libgmock-dev
+  # setcap: the image gives matmul-server its file capability (Dockerfile).
+  libcap2-bin
 )
 tests=(
   curl python3-grpcio python3-protobuf

@@ -16,7 +16,7 @@ project=matmul-compose-test
 compose=(podman-compose -p "$project" -f deploy/compose.yaml)
 export MATMUL_IMAGE=$image MATMUL_SOCKET_GID=$gid
 
-upstream=$(python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["services"]["prometheus"]["image"])' deploy/compose.yaml)
+upstream=$(/usr/bin/python3 -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["services"]["prometheus"]["image"])' deploy/compose.yaml)
 podman tag localhost/matmul-standin/prometheus:debian12 "$upstream"
 
 # compose binds the host's /run/matmul: made here when missing, as the

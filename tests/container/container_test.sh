@@ -48,11 +48,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+passed=0
 failures=0
 fail() {
   echo "FAIL: $*" >&2
   failures=$((failures + 1))
 }
+# Runs one check, timed; a failure is counted and the next check still runs.
 step() {
   local title=$1 start status=0
   shift
@@ -61,8 +63,18 @@ step() {
   "$@" || status=$?
   echo "=== $title: $( ((status == 0)) && echo passed || echo "FAILED ($status)"
     ), $(($(date +%s) - start)) s"
-  ((status == 0)) || fail "$title"
-  return "$status"
+  if ((status == 0)); then
+    passed=$((passed + 1))
+  else
+    fail "$title"
+  fi
+  last=$status
+}
+# After a step the rest cannot do without.
+or_stop() {
+  ((last == 0)) && return
+  echo "container: $passed passed, $failures failed"
+  exit 1
 }
 
 # --- 1, 2: podman, base images, the image ------------------------------------
@@ -95,7 +107,8 @@ check_libraries() {
 
 step "podman and its settings" "$here/podman_setup.sh"
 step "stand-in base images" "$here/standin_images.sh"
-step "podman build ($image, CUDA $archs, $targets)" build_image || exit 1
+step "podman build ($image, CUDA $archs, $targets)" build_image
+or_stop
 step "ldd inside the image" check_libraries
 
 # --- 3: the daemon, used from the host ---------------------------------------
@@ -141,7 +154,8 @@ start_daemon() {
   podman logs "$name" >&2
   return 1
 }
-step "podman run (CPU backend, socket dir bound from the host)" start_daemon || exit 1
+step "podman run (CPU backend, socket dir bound from the host)" start_daemon
+or_stop
 
 check_socket_and_user() {
   local mode pid uid
@@ -149,7 +163,7 @@ check_socket_and_user() {
   echo "socket: $mode"
   [[ $mode == "srw-rw---- 990 $gid" ]] || { echo "socket is $mode" >&2; return 1; }
   pid=$(podman inspect -f '{{.State.Pid}}' "$name")
-  uid=$(stat -c %u "/proc/$pid")
+  uid=$(awk '/^Uid:/ {print $2}' "/proc/$pid/status")
   echo "daemon: host pid $pid, uid $uid"
   [[ $uid == 990 ]]
 }
@@ -188,14 +202,14 @@ step "podman healthcheck run" check_healthcheck
 
 # The Python client, installed into a venv with its native extension.
 install_python_client() {
-  mkdir "$work/src"
-  cp -r client common proto "$work/src/"
-  rm -rf "$work/src/client/python/build" "$work/src/client/python"/*.egg-info \
-    "$work/src/client/python/matmul_client"/_native*.so
-  python3 -m venv --system-site-packages "$work/venv"
-  MATMUL_CLIENT_BUILD_NATIVE=1 "$work/venv/bin/pip" install -q \
-    --no-build-isolation --no-index "$work/src/client/python"
-  chmod -R a+rX "$work/venv"
+  mkdir "$work/src" &&
+    cp -r client common proto "$work/src/" &&
+    rm -rf "$work/src/client/python/build" "$work/src/client/python"/*.egg-info \
+      "$work/src/client/python/matmul_client"/_native*.so &&
+    /usr/bin/python3 -m venv --system-site-packages "$work/venv" &&
+    MATMUL_CLIENT_BUILD_NATIVE=1 "$work/venv/bin/pip" install -q \
+      --no-build-isolation --no-index "$work/src/client/python" &&
+    chmod -R a+rX "$work/venv"
 }
 step "pip install ./client/python (native extension)" install_python_client
 
@@ -231,10 +245,8 @@ step "podman stop drains: every accepted product answered, exit 0" drain_on_stop
 # --- 5: compose ---------------------------------------------------------------
 
 step "podman-compose: daemon and Prometheus" \
-  "$here/compose_test.sh" "$image" "$gid" "$work/opt" || true
+  "$here/compose_test.sh" "$image" "$gid" "$work/opt"
 
-if ((failures)); then
-  echo "container checks: $failures failed" >&2
-  exit 1
-fi
-echo "container checks: all passed ($image left in podman storage)"
+echo "$image is left in podman storage"
+echo "container: $passed passed, $failures failed"
+((failures == 0))
