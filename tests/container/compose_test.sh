@@ -29,14 +29,25 @@ fi
 load_pid=
 work=$(mktemp -d)
 cleanup() {
-  [[ -n $load_pid ]] && kill "$load_pid" 2>/dev/null && wait "$load_pid" 2>/dev/null
+  if [[ -n $load_pid ]]; then
+    kill "$load_pid" 2>/dev/null
+    wait "$load_pid" 2>/dev/null || true
+  fi
   "${compose[@]}" down -v >/dev/null 2>&1 || true
   ((made_socket_dir)) && rm -rf /run/matmul
   rm -rf "$work"
 }
-trap cleanup EXIT
+on_exit() {
+  local status=$?
+  cleanup
+  exit "$status"
+}
+trap on_exit EXIT
 
-"${compose[@]}" up -d matmul prometheus >"$work/up.log" 2>&1 ||
+# podman-compose 1.0.3 (Debian 12's) drops group_add: the group the daemon
+# gives the socket comes as a podman run argument instead.
+"${compose[@]}" --podman-run-args="--group-add=$gid" up -d matmul prometheus \
+  >"$work/up.log" 2>&1 ||
   { cat "$work/up.log" >&2; exit 1; }
 podman ps --filter "label=io.podman.compose.project=$project" \
   --format '{{.Names}} {{.Image}} {{.Status}}'
@@ -60,11 +71,13 @@ wait_for "the daemon's socket" test -S /run/matmul/matmul.sock
 wait_for "Prometheus ready" curl -sf http://127.0.0.1:9090/-/ready
 cli health --timeout=5s
 
-# Products of two shapes, inline and through shm, until the checks end.
+# Products of two shapes until the checks end, and one the daemon refuses
+# (over its --max_dimension: INVALID_ARGUMENT), for the failure panels.
 (
   while true; do
     cli run --shape=64x64x64 --iterations=20 >/dev/null 2>&1 || true
-    cli run --shape=128x256x64 --mode=shm --iterations=20 >/dev/null 2>&1 || true
+    cli run --shape=128x256x64 --transpose_b --iterations=20 >/dev/null 2>&1 || true
+    cli run --shape=4096x8x8 >/dev/null 2>&1 || true
     sleep 0.2
   done
 ) &

@@ -79,8 +79,12 @@ or_stop() {
 
 # --- 1, 2: podman, base images, the image ------------------------------------
 
+# No layer per instruction unless asked (CONTAINER_BUILD_LAYERS=true, which
+# keeps a cache between runs): on vfs storage each one copies the whole
+# file system.
 build_image() {
-  podman build --format docker --network host --layers \
+  podman build --format docker --network host \
+    --layers="${CONTAINER_BUILD_LAYERS:-false}" \
     --build-arg BUILD_IMAGE=localhost/matmul-standin/cuda:13.0-devel \
     --build-arg RUNTIME_IMAGE=localhost/matmul-standin/cuda:13.0-runtime \
     --build-arg "CUDA_ARCHITECTURES=$archs" \
@@ -95,7 +99,7 @@ build_image() {
 
 # Every binary of /opt/matmul resolves every library inside the image.
 check_libraries() {
-  podman run --rm --entrypoint /bin/sh "$image" -c \
+  podman run --rm --no-healthcheck --entrypoint /bin/sh "$image" -c \
     'for f in /opt/matmul/bin/*; do echo "$f:"; ldd "$f"; done' >"$work/ldd.txt"
   grep -c '=>' "$work/ldd.txt" | xargs echo "libraries resolved:"
   if grep 'not found' "$work/ldd.txt"; then
@@ -222,23 +226,24 @@ step "Python client: products through its request ring" python_products
 # --- 4: podman stop drains ----------------------------------------------------
 
 drain_on_stop() {
+  install -d -o "$member" "$work/drain"
   as "$member" "$work/venv/bin/python" "$here/python_products.py" "$target" \
-    "http://127.0.0.1:$metrics_port/metrics" --drain="$work/sent" &
+    "http://127.0.0.1:$metrics_port/metrics" --drain="$work/drain/sent" &
   local client=$! i
   # The client writes the file once the daemon has its products in flight.
   for ((i = 0; i < 1200; i++)); do
-    [[ -e $work/sent ]] && break
+    [[ -e $work/drain/sent ]] && break
     kill -0 "$client" 2>/dev/null || break
     sleep 0.1
   done
-  [[ -e $work/sent ]] && echo "client: $(cat "$work/sent")"
+  [[ -e $work/drain/sent ]] && echo "client: $(cat "$work/drain/sent")"
   podman stop -t 60 "$name" >/dev/null
   local exit_code status=0
   exit_code=$(podman inspect -f '{{.State.ExitCode}}' "$name")
   wait "$client" || status=$?
   podman logs "$name" 2>&1 | tail -3
   echo "daemon exit code $exit_code, client $status"
-  [[ -e $work/sent && $exit_code == 0 && $status == 0 ]]
+  [[ -e $work/drain/sent && $exit_code == 0 && $status == 0 ]]
 }
 step "podman stop drains: every accepted product answered, exit 0" drain_on_stop
 
