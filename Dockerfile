@@ -25,6 +25,10 @@ ARG BUILD_IMAGE=nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04
 ARG RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04
 
 FROM ${BUILD_IMAGE} AS build
+WORKDIR /src
+COPY deploy/install_deps.sh deploy/install_deps.sh
+RUN deploy/install_deps.sh build && rm -rf /var/lib/apt/lists/*
+# After the packages, so that a build cache keeps them across commits.
 # 121a: the Spark (its own SASS: sm_120a cubins do not load on sm_121);
 # 90a: H100/H200; 120a: Blackwell desktop and workstation parts.
 ARG CUDA_ARCHITECTURES="121a;90a;120a"
@@ -33,9 +37,6 @@ ARG CUDA_ARCHITECTURES="121a;90a;120a"
 ARG GIT_COMMIT=unknown
 # What goes into /opt/matmul/bin; matmul-server and matmul-cli at least.
 ARG BUILD_TARGETS="matmul-server matmul-cli matmul-tune matmul-bench"
-WORKDIR /src
-COPY deploy/install_deps.sh deploy/install_deps.sh
-RUN deploy/install_deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
 # The daemon (uid 990) opens the shm segments and request rings that
 # clients make, mode 0600 under their own uids: CAP_DAC_OVERRIDE, as a file
