@@ -37,6 +37,8 @@ ARG CUDA_ARCHITECTURES="121a;90a;120a"
 ARG GIT_COMMIT=unknown
 # What goes into /opt/matmul/bin; matmul-server and matmul-cli at least.
 ARG BUILD_TARGETS="matmul-server matmul-cli matmul-tune matmul-bench"
+# More configure options, e.g. -DMATMUL_OWN_KERNELS=OFF (cuBLASLt alone).
+ARG CMAKE_ARGS=""
 COPY . .
 # The daemon (uid 990) opens the shm segments and request rings that
 # clients make, mode 0600 under their own uids: CAP_DAC_OVERRIDE, as a file
@@ -44,7 +46,7 @@ COPY . .
 # for the caller that owns it (the peer credentials of its socket).
 RUN BUILD_TARGETS="${BUILD_TARGETS}" \
       deploy/build.sh "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
-        "-DMATMUL_GIT_COMMIT=${GIT_COMMIT}" \
+        "-DMATMUL_GIT_COMMIT=${GIT_COMMIT}" ${CMAKE_ARGS} \
     && deploy/collect_runtime.sh build /opt/matmul \
     && setcap cap_dac_override=ep /opt/matmul/bin/matmul-server
 

@@ -17,7 +17,9 @@
 #      the daemon's exit code 0;
 #   5. compose: compose_test.sh.
 # Each step prints its time. CI builds one CUDA architecture and the daemon
-# and CLI alone; the image for a real host keeps the Dockerfile's defaults:
+# and CLI alone (CONTAINER_CMAKE_ARGS=-DMATMUL_OWN_KERNELS=OFF would also
+# leave out the project's own kernels); the image for a real host keeps the
+# Dockerfile's defaults:
 #   CONTAINER_CUDA_ARCHITECTURES="121a;90a;120a" \
 #     CONTAINER_BUILD_TARGETS="matmul-server matmul-cli matmul-tune matmul-bench" \
 #     tests/container/container_test.sh
@@ -89,10 +91,13 @@ build_image() {
     --build-arg RUNTIME_IMAGE=localhost/matmul-standin/cuda:13.0-runtime \
     --build-arg "CUDA_ARCHITECTURES=$archs" \
     --build-arg "BUILD_TARGETS=$targets" \
+    --build-arg "CMAKE_ARGS=${CONTAINER_CMAKE_ARGS:-}" \
     --build-arg "GIT_COMMIT=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
     -t "$image" -f Dockerfile . >"$work/build.log" 2>&1 ||
     { tail -40 "$work/build.log" >&2; return 1; }
   grep -E '^collected into' "$work/build.log" || true
+  # The build stage's image, a few GB on vfs, is not kept.
+  podman image prune -f >/dev/null
   echo "image $image: $(podman image inspect -f '{{.Size}}' "$image" |
     awk '{printf "%.0f MB", $1 / 1e6}')"
 }
