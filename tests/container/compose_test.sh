@@ -44,6 +44,9 @@ on_exit() {
 }
 trap on_exit EXIT
 
+# What an earlier run may have left (its containers hold the socket
+# directory's old mount).
+"${compose[@]}" down -v >/dev/null 2>&1 || true
 # podman-compose 1.0.3 (Debian 12's) drops group_add: the group the daemon
 # gives the socket comes as a podman run argument instead.
 "${compose[@]}" --podman-run-args="--group-add=$gid" up -d matmul prometheus \
@@ -64,20 +67,38 @@ wait_for() {
     sleep 1
   done
   echo "FAIL: $what" >&2
-  "${compose[@]}" logs >&2 || true
+  local service
+  for service in matmul prometheus; do
+    podman logs "${project}_${service}_1" 2>&1 | tail -20 >&2 || true
+  done
   return 1
 }
 wait_for "the daemon's socket" test -S /run/matmul/matmul.sock
 wait_for "Prometheus ready" curl -sf http://127.0.0.1:9090/-/ready
 cli health --timeout=5s
 
-# Products of two shapes until the checks end, and one the daemon refuses
-# (over its --max_dimension: INVALID_ARGUMENT), for the failure panels.
+# A request the daemon refuses (A's bytes do not cover its shape:
+# INVALID_ARGUMENT), for the failure panels.
+refused() {
+  PYTHONPATH=client/python /usr/bin/python3 - <<'PY'
+import grpc
+from matmul_client._proto import matmul_pb2 as pb, matmul_pb2_grpc as pb_grpc
+stub = pb_grpc.MatmulServiceStub(
+    grpc.insecure_channel("unix:/run/matmul/matmul.sock"))
+a = pb.Tensor(dtype=pb.DTYPE_BF16, shape=[2, 3], inline_data=b"short")
+b = pb.Tensor(dtype=pb.DTYPE_BF16, shape=[3, 2], inline_data=bytes(12))
+try:
+    stub.Matmul(pb.MatmulRequest(a=a, b=b), timeout=10)
+except grpc.RpcError as error:
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
+PY
+}
+# Products of two shapes and refused ones until the checks end.
 (
   while true; do
     cli run --shape=64x64x64 --iterations=20 >/dev/null 2>&1 || true
     cli run --shape=128x256x64 --transpose_b --iterations=20 >/dev/null 2>&1 || true
-    cli run --shape=4096x8x8 >/dev/null 2>&1 || true
+    refused >/dev/null 2>&1 || true
     sleep 0.2
   done
 ) &
@@ -100,15 +121,18 @@ python3 tests/observability/check_queries.py http://127.0.0.1:9090 \
   deploy/grafana/dashboards/matmul.json deploy/prometheus/alerts.yml 120
 
 # A few of the dashboard's numbers, for the record.
-for q in 'up{job="matmul"}' \
-  'sum by (shape) (rate(matmul_requests_total{job="matmul"}[30s]))' \
-  'sum(rate(matmul_flops_total{job="matmul"}[30s])) / 1e9' \
-  'histogram_quantile(0.99, sum by (le) (rate(matmul_request_duration_seconds_bucket{job="matmul"}[30s])))' \
-  'matmul_serving{job="matmul"}'; do
-  prom_query "$q" | python3 -c '
-import json, sys
-q = sys.argv[1]
-for r in json.load(sys.stdin)["data"]["result"]:
-    labels = ",".join(f"{k}={v}" for k, v in r["metric"].items() if k not in ("job", "instance", "__name__"))
-    print(f"{q} {{{labels}}} = {float(r[\"value\"][1]):.4g}")' "$q"
-done
+/usr/bin/python3 - <<'PY'
+import json, urllib.parse, urllib.request
+for query in ('up{job="matmul"}',
+              'matmul_serving{job="matmul"}',
+              'sum by (shape, code) (increase(matmul_requests_total{job="matmul"}[1m]))',
+              'sum(rate(matmul_flops_total{job="matmul"}[30s])) / 1e9',
+              'histogram_quantile(0.99, sum by (le) (rate('
+              'matmul_request_duration_seconds_bucket{job="matmul"}[30s])))'):
+    url = "http://127.0.0.1:9090/api/v1/query?" + urllib.parse.urlencode(
+        {"query": query})
+    for series in json.load(urllib.request.urlopen(url))["data"]["result"]:
+        labels = {k: v for k, v in series["metric"].items()
+                  if k not in ("__name__", "job", "instance")}
+        print(f"{query} {labels or ''} = {float(series['value'][1]):.4g}")
+PY
