@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/memory/memory.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -30,7 +31,32 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
   return absl::ToChronoTime(absl::Now() + timeout);
 }
 
+// gRPC's own round_robin: one subchannel per address the target resolves
+// to, calls taken in turn by those that are ready, so a daemon that drains
+// (GOAWAY) or goes away stops getting new calls. A Matmul that a draining
+// daemon turns away before answering (UNAVAILABLE, or CANCELLED for a call
+// that reached it as it shut down) is sent again by gRPC, to another
+// daemon: over TCP every product is inline, so sending one twice changes
+// nothing.
+constexpr char kRoundRobinServiceConfig[] = R"({
+  "loadBalancingConfig": [{"round_robin": {}}],
+  "methodConfig": [{
+    "name": [{"service": "matmul.v1.MatmulService", "method": "Matmul"}],
+    "retryPolicy": {
+      "maxAttempts": 3,
+      "initialBackoff": "0.01s",
+      "maxBackoff": "0.1s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]
+    }
+  }]
+})";
+
 }  // namespace
+
+bool IsLocalTarget(absl::string_view target) {
+  return absl::StartsWith(target, "unix:");
+}
 
 absl::Status TimeoutPassedBeforeSending() {
   return absl::DeadlineExceededError(
@@ -70,6 +96,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(std::string target,
   arguments.SetMaxReceiveMessageSize(
       static_cast<int>(options.max_message_bytes));
   ApplyServerName(options.tls, arguments);
+  if (!IsLocalTarget(target)) {
+    arguments.SetServiceConfigJSON(kRoundRobinServiceConfig);
+    // gRPC keeps a call's request for a retry only up to this size.
+    arguments.SetInt(GRPC_ARG_PER_RPC_RETRY_BUFFER_SIZE,
+                     static_cast<int>(options.max_message_bytes));
+  }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       ChannelCredentials(options.tls);
   if (!credentials.ok()) return credentials.status();

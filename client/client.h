@@ -24,6 +24,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -50,6 +51,13 @@ struct ClientOptions {
   ClientTlsOptions tls;
 };
 
+// True for a target that names one daemon on this host: a unix socket, the
+// only transport that carries regions, sessions and rings. Any other target
+// may name several daemons (a DNS name with several addresses, as a
+// Kubernetes headless Service gives, or an "ipv4:a:p,b:p" list): Client
+// spreads its calls over all of them with gRPC's round_robin policy.
+bool IsLocalTarget(absl::string_view target);
+
 // Maps a gRPC status onto the absl::Status with the same code and message.
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
@@ -69,9 +77,10 @@ class Client {
       absl::AnyInvocable<void(absl::StatusOr<v1::MatmulResponse>) &&>;
 
   // Opens a channel to `target`: "unix:/path/to.sock", "unix:///abs/path",
-  // "host:port" or "dns:///host:port" (plaintext). The channel connects
-  // lazily; the first call (or WaitForConnected) establishes it. Fails on an
-  // empty target or non-positive options.
+  // "host:port", "dns:///host:port" or "ipv4:a:port,b:port" (plaintext
+  // unless options.tls; see IsLocalTarget for several daemons). The channel
+  // connects lazily; the first call (or WaitForConnected) establishes it. Fails
+  // on an empty target or non-positive options.
   static absl::StatusOr<std::unique_ptr<Client>> Create(
       std::string target, ClientOptions options = {});
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Copies what the daemon needs at run time out of a build: matmul-server,
-# matmul-cli, matmul-tune and matmul-bench into DEST/bin, and every shared
+# matmul-cli and, where the build made them, matmul-tune and matmul-bench
+# into DEST/bin, and every shared
 # library they load that a CUDA runtime image of the same distribution
 # lacks into DEST/lib (glibc, libstdc++ and CUDA's own libraries are left to
 # the image; libcuda comes from the host's driver). The Dockerfile's build
@@ -10,12 +11,11 @@ set -euo pipefail
 build="$1"
 dest="$2"
 mkdir -p "$dest/bin" "$dest/lib"
-binaries=(
-  "$build/server/matmul-server"
-  "$build/client/matmul-cli"
-  "$build/kernels/cuda/matmul-tune"
-  "$build/kernels/cuda/matmul-bench"
-)
+binaries=("$build/server/matmul-server" "$build/client/matmul-cli")
+for optional in "$build/kernels/cuda/matmul-tune" \
+  "$build/kernels/cuda/matmul-bench"; do
+  [[ -x $optional ]] && binaries+=("$optional")
+done
 for bin in "${binaries[@]}"; do
   install -m 0755 "$bin" "$dest/bin/"
   strip --strip-unneeded "$dest/bin/$(basename "$bin")"

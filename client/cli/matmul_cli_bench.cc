@@ -119,6 +119,8 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--mode must be inline, shm, ipc or vmm, got '", o.mode, "'"));
   }
+  o.target = TargetForMode(o.target, o.mode);
+
   o.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);
   o.seed = absl::GetFlag(FLAGS_seed);
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_concurrency),

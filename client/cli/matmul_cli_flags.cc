@@ -4,6 +4,7 @@
 #include "client/cli/matmul_cli_flags.h"
 
 #include <cstdint>
+#include <iostream>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -17,7 +18,13 @@
 #include "client/client.h"
 
 ABSL_FLAG(std::string, target, "unix:/run/matmul/matmul.sock",
-          "Daemon address: unix:/path/to.sock or host:port.");
+          "Daemon address: unix:/path/to.sock, host:port, or several daemons "
+          "(a DNS name with several addresses, ipv4:a:port,b:port), over "
+          "which inline products are spread round robin.");
+ABSL_FLAG(std::string, local_target, "unix:/run/matmul/matmul.sock",
+          "run and bench with --mode shm, ipc or vmm and a --target that is "
+          "not a unix socket: the daemon on this host, which regions go to "
+          "(they never leave their host).");
 ABSL_FLAG(std::string, tls_ca, "",
           "TCP daemons serving TLS: the PEM CA that signed the daemon's "
           "certificate (turns TLS on).");
@@ -132,6 +139,16 @@ absl::Status CheckFlagSyntax(int argc, char** argv) {
     }
   }
   return absl::OkStatus();
+}
+
+std::string TargetForMode(const std::string& target, absl::string_view mode) {
+  if (mode == "inline" || IsLocalTarget(target)) return target;
+  std::string local = absl::GetFlag(FLAGS_local_target);
+  std::cerr << "matmul-cli: --mode=" << mode
+            << " uses regions, which stay on their host: using the daemon on "
+               "this host, "
+            << local << " (--local_target), not " << target << "\n";
+  return local;
 }
 
 // The client options every subcommand shares: its timeout and TLS flags.

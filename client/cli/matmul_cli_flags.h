@@ -9,10 +9,12 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/client.h"
 
 ABSL_DECLARE_FLAG(std::string, target);
+ABSL_DECLARE_FLAG(std::string, local_target);
 ABSL_DECLARE_FLAG(std::string, tls_ca);
 ABSL_DECLARE_FLAG(std::string, tls_cert);
 ABSL_DECLARE_FLAG(std::string, tls_key);
@@ -45,6 +47,12 @@ inline constexpr char kFlagsFile[] = "matmul_cli_flags.cc";
 // this CLI promises 2 for every usage error, so check both first. Accepts
 // --name=value, --name value, --bool_flag and --nobool_flag.
 absl::Status CheckFlagSyntax(int argc, char** argv);
+
+// The target run and bench connect to for `mode`: `target` itself, except
+// for a mode that uses regions (not "inline") and a target that is not this
+// host's unix socket (it may name daemons elsewhere, or several): then
+// --local_target, and a line on stderr says so.
+std::string TargetForMode(const std::string& target, absl::string_view mode);
 
 // The client options every subcommand shares: its timeout and TLS flags.
 ClientOptions CliClientOptions(absl::Duration timeout);

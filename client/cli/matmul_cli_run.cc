@@ -105,6 +105,7 @@ absl::StatusOr<RunOptions> RunOptionsFromFlags() {
         "--mode must be inline, shm, ipc or vmm, got '", mode, "'"));
   }
   options.mode = mode;
+  options.target = TargetForMode(options.target, mode);
   options.ring = absl::GetFlag(FLAGS_ring);
   if (options.ring && mode == "inline") {
     return absl::InvalidArgumentError(

@@ -91,9 +91,15 @@ class DeployManifestsTest(unittest.TestCase):
         cls.deploy = deploy
         cls.compose = load_yaml(os.path.join(deploy, "compose.yaml"))[0]
         cls.k8s = {}
+        cls.services = {}  # by name
         for name in sorted(os.listdir(os.path.join(deploy, "k8s"))):
             for doc in load_yaml(os.path.join(deploy, "k8s", name)):
-                cls.k8s[doc["kind"]] = doc
+                if doc["kind"] == "Service":
+                    cls.services[doc["metadata"]["name"]] = doc
+                else:
+                    cls.k8s[doc["kind"]] = doc
+        # The Service Prometheus scrapes through.
+        cls.k8s["Service"] = cls.services["matmul"]
         cls.dockerfile = Dockerfile(os.path.join(SOURCE, "Dockerfile"))
         daemon_set = cls.k8s["DaemonSet"]
         cls.pod = daemon_set["spec"]["template"]["spec"]
@@ -128,9 +134,30 @@ class DeployManifestsTest(unittest.TestCase):
         self.assertEqual(self.dockerfile.exec_form("ENTRYPOINT"), ["matmul-server"])
 
     def socket_path(self, where):
-        listen = one_flag(self, self.daemon_args[where], "listen", where)
-        self.assertTrue(listen.startswith("unix:"), f"{where}: --listen={listen}")
-        return listen[len("unix:"):]
+        listen = one_flag(self, self.daemon_args[where], "listen", where).split(",")
+        sockets = [a for a in listen if a.startswith("unix:")]
+        self.assertEqual(len(sockets), 1, f"{where}: --listen={listen}")
+        return sockets[0][len("unix:"):]
+
+    def test_grpc_service_names_every_daemon_over_tls(self):
+        service = self.services["matmul-grpc"]
+        self.assertEqual(service["spec"]["clusterIP"], "None")  # headless
+        pod_labels = self.k8s["DaemonSet"]["spec"]["template"]["metadata"]["labels"]
+        self.assertLessEqual(service["spec"]["selector"].items(), pod_labels.items())
+        port = next(p for p in service["spec"]["ports"] if p["name"] == "grpc")
+        container_ports = {p["name"]: p["containerPort"] for p in self.container["ports"]}
+        self.assertEqual(port["targetPort"], "grpc")
+        args = self.container["args"]
+        listen = one_flag(self, args, "listen", "k8s DaemonSet").split(",")
+        self.assertIn(f"0.0.0.0:{container_ports['grpc']}", listen)
+        # TCP beyond loopback: TLS from the mounted Secret, never insecure.
+        self.assertEqual(flag_values(args, "allow_insecure_tcp"), [])
+        mounts = {m["name"]: m["mountPath"] for m in self.container["volumeMounts"]}
+        volumes = {v["name"]: v for v in self.pod["volumes"]}
+        for flag in ("tls_cert", "tls_key"):
+            path = one_flag(self, args, flag, "k8s DaemonSet")
+            self.assertEqual(os.path.dirname(path), mounts["tls"])
+        self.assertEqual(volumes["tls"]["secret"]["secretName"], "matmul-tls")
 
     def test_socket_and_cache_are_volumes(self):
         sockets = {w: self.socket_path(w) for w in self.daemon_args}
@@ -258,9 +285,14 @@ class DeployManifestsTest(unittest.TestCase):
     def test_dockerfile_builds_with_the_deploy_scripts(self):
         stages = self.dockerfile.all("FROM")
         self.assertEqual(len(stages), 2, stages)
-        self.assertRegex(stages[0], r"^nvidia/cuda:\$\{CUDA_VERSION\}-devel-ubuntu24\.04 AS build$")
-        self.assertRegex(stages[1], r"^nvidia/cuda:\$\{CUDA_VERSION\}-runtime-ubuntu24\.04$")
-        self.assertIn("CUDA_VERSION=13.0.0", self.dockerfile.all("ARG"))
+        self.assertEqual(stages, ["${BUILD_IMAGE} AS build", "${RUNTIME_IMAGE}"])
+        args = self.dockerfile.all("ARG")
+        self.assertIn("CUDA_VERSION=13.0.0", args)
+        # By default the NVIDIA CUDA images; build arguments name others.
+        self.assertIn("BUILD_IMAGE=nvidia/cuda:${CUDA_VERSION}-devel-ubuntu24.04", args)
+        self.assertIn("RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-runtime-ubuntu24.04", args)
+        # The build stage installs the build profile alone.
+        self.assertIn("deploy/install_deps.sh build ", " ".join(self.dockerfile.all("RUN")))
         archs = next(a for a in self.dockerfile.all("ARG") if a.startswith("CUDA_ARCHITECTURES="))
         self.assertEqual(set(archs.split("=", 1)[1].strip('"').split(";")), {"121a", "90a", "120a"})
         runs = " ".join(self.dockerfile.all("RUN"))

@@ -3,6 +3,7 @@ lifetime; sessions and regions come from the mixins) and matmul()."""
 
 import atexit
 import collections
+import json
 import os
 import threading
 import warnings
@@ -16,6 +17,7 @@ from ._errors import MatmulError
 from ._host_product import _HostProduct
 from ._host_regions import _HostRegions
 from ._in_flight import _InFlight
+from ._inline_product import _InlineProduct
 from ._operands import _Operand, _output_shape
 from ._proto import matmul_pb2 as pb
 from ._proto import matmul_pb2_grpc as pb_grpc
@@ -25,6 +27,20 @@ from ._tensors import _ELEMENT_BYTES, BF16, FP32, _parse_dtype
 from ._transports import _GrpcProducts, _load_native
 
 _ALIGNMENT = 64  # bytes; every operand placed in a scratch region starts so
+# gRPC's own round_robin over every address a target resolves to; a
+# Matmul a draining daemon turns away unanswered is sent again, to another
+# (inline products only, so sending one twice changes nothing): as the C++
+# client's (client/client.cc).
+_ROUND_ROBIN = json.dumps({
+    "loadBalancingConfig": [{"round_robin": {}}],
+    "methodConfig": [{
+        "name": [{"service": "matmul.v1.MatmulService", "method": "Matmul"}],
+        "retryPolicy": {
+            "maxAttempts": 3, "initialBackoff": "0.01s",
+            "maxBackoff": "0.1s", "backoffMultiplier": 2,
+            "retryableStatusCodes": ["UNAVAILABLE", "CANCELLED"]},
+    }],
+})
 
 
 def _align(offset):
@@ -63,6 +79,13 @@ class Client(_Session, _HostRegions, _CudaRegions):
     POSIX fds (cuda_vmm). Those registrations are forgotten (and
     unregistered) when torch gives memory of their device back to the
     driver (empty_cache, or an allocation retried after OOM).
+    A target that is not a unix socket (host:port, a DNS name with several
+    addresses such as a Kubernetes headless Service, "ipv4:a:p,b:p") may
+    name daemons elsewhere, or several: host products then go inline,
+    spread over them with gRPC's round_robin (inline_target), and what
+    needs regions (CUDA tensors, shared_* tensors, the ring) goes to the
+    daemon on this host, local_target (target then names it), with a
+    warning the first time.
     Thread-safe; products of several threads, and matmul_async products of
     one, run concurrently."""
 
@@ -75,7 +98,12 @@ class Client(_Session, _HostRegions, _CudaRegions):
                  timeout=60.0, max_message_bytes=256 << 20,
                  shm_prefix="matmul", connect_timeout=30.0,
                  tls_ca=None, tls_cert=None, tls_key=None,
-                 ring_spin_us=None):
+                 ring_spin_us=None,
+                 local_target="unix:/run/matmul/matmul.sock"):
+        # Regions, sessions and rings stay on this host.
+        self.inline_target = None
+        if not target.startswith("unix:"):
+            self.inline_target, target = target, local_target
         self.target = target
         self.timeout = timeout
         self.shm_prefix = shm_prefix
@@ -92,6 +120,7 @@ class Client(_Session, _HostRegions, _CudaRegions):
         if tls_ca is None and (tls_cert or tls_key):
             raise ValueError("a client certificate needs tls_ca, the CA "
                              "that signed the daemon's certificate")
+        credentials = None
         if tls_ca is not None:
             # A TCP daemon serving TLS (paths of PEM files); tls_cert and
             # tls_key when it asks for a client certificate.
@@ -102,13 +131,26 @@ class Client(_Session, _HostRegions, _CudaRegions):
                 root_certificates=read(tls_ca),
                 private_key=read(tls_key) if tls_key else None,
                 certificate_chain=read(tls_cert) if tls_cert else None)
+        self._inline_channel = self._inline_products = None
+        if self.inline_target is not None:
+            options = channel_options + [
+                ("grpc.service_config", _ROUND_ROBIN),
+                ("grpc.per_rpc_retry_buffer_size", max_message_bytes)]
+            self._inline_channel = grpc.insecure_channel(
+                self.inline_target, options=options) if credentials is None \
+                else grpc.secure_channel(self.inline_target, credentials,
+                                         options=options)
+            self._inline_products = _GrpcProducts(
+                pb_grpc.MatmulServiceStub(self._inline_channel))
+            credentials = None  # the local daemon's unix socket
+        if credentials is not None:
             self._channel = grpc.secure_channel(target, credentials,
                                                 options=channel_options)
         else:
             self._channel = grpc.insecure_channel(target,
                                                   options=channel_options)
         self._stub = pb_grpc.MatmulServiceStub(self._channel)
-        self._native = _load_native(target, secure=tls_ca is not None)
+        self._native = _load_native(target, secure=credentials is not None)
         self._lock = threading.RLock()
         self._session_call = None  # the OpenSession stream (gRPC session)
         self._connection = None  # the native session (_native.Connection)
@@ -154,7 +196,10 @@ class Client(_Session, _HostRegions, _CudaRegions):
     @property
     def transport(self):
         """"ring" (the native extension's request ring) or "grpc": how this
-        client's products reach the daemon. Opens the session."""
+        client's products reach the daemon. Opens the session. "inline"
+        where host products go inline to inline_target."""
+        if self.inline_target is not None and not self._shared:
+            return "inline"
         self.session_id  # noqa: B018 (the transport is chosen with it)
         return self._products.name
 
@@ -206,7 +251,7 @@ class Client(_Session, _HostRegions, _CudaRegions):
             return product.out
         product.synchronize_inputs()
         try:
-            response = self._products.call(
+            response = self._transport_of(product).call(
                 product.request, self.timeout if timeout is None else timeout)
             self.last_response = response
             return product.finish(response)
@@ -248,7 +293,7 @@ class Client(_Session, _HostRegions, _CudaRegions):
             self._in_flight.finish(future, result, error)
 
         try:
-            self._products.call_async(
+            self._transport_of(product).call_async(
                 product.request, self.timeout if timeout is None else timeout,
                 done)
         except BaseException:
@@ -256,6 +301,22 @@ class Client(_Session, _HostRegions, _CudaRegions):
             product.release()
             raise
         return future
+
+    def _transport_of(self, product):
+        """Where `product` goes: inline products over the round_robin
+        channel of inline_target, the rest to this host's daemon."""
+        if isinstance(product, _InlineProduct):
+            return self._inline_products
+        return self._products
+
+    def _open_session(self):
+        if self.inline_target is not None:
+            warnings.warn(f"regions stay on their host: this client's "
+                          f"regions, session and ring go to the daemon on "
+                          f"this host, {self.target}, not to "
+                          f"{self.inline_target}", RuntimeWarning,
+                          stacklevel=5)
+        super()._open_session()
 
     def _stream_ordered(self):
         """True while CUDA products go through the ring stream-ordered."""
@@ -425,6 +486,9 @@ class Client(_Session, _HostRegions, _CudaRegions):
                             self._retired_done)
 
     def _prepare_host(self, a_op, b_op, out_op, shape, options):
+        if self.inline_target is not None and not self._shared:
+            return _InlineProduct(a_op, b_op, out_op, shape, options,
+                                  a_op.torch)
         transpose_a, transpose_b, alpha, beta, dtype = options
         request = pb.MatmulRequest(transpose_a=transpose_a,
                                    transpose_b=transpose_b, alpha=alpha,
@@ -515,6 +579,8 @@ class Client(_Session, _HostRegions, _CudaRegions):
             for segment in segments:
                 segment.close()
             self._channel.close()
+            if self._inline_channel is not None:
+                self._inline_channel.close()
 
     def __enter__(self):
         return self
