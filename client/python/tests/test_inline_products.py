@@ -64,11 +64,22 @@ class InlineProductsTest(unittest.TestCase):
         cls.server = subprocess.Popen(
             [server, "--backend=cpu", f"--listen={cls.local},{cls.remote}",
              "--metrics_listen="], stdout=cls.log, stderr=subprocess.STDOUT)
+        # The unix socket is bound before the daemon starts serving, the TCP
+        # port only once it does: wait for both (a slow start, under a
+        # sanitizer say, must not look like a refused connection).
         deadline = time.monotonic() + 60
-        while not os.path.exists(path):
+        while not (os.path.exists(path) and cls._accepts(port)):
             if cls.server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("matmul-server did not start")
             time.sleep(0.05)
+
+    @staticmethod
+    def _accepts(port):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     @classmethod
     def tearDownClass(cls):
