@@ -14,12 +14,19 @@
 // stream to the daemon's and back); between two processes the streams live
 // in two CUDA contexts.
 //
-//   handoff-probe one|two|one-events|two-events [round_trips] [kernel_us]
+//   handoff-probe one|two|one-events|two-events|local [round_trips]
+//                 [kernel_us] [ask_kernel_us] [blocks]
 //
 // Prints the round-trip time with both streams in one process (one) or
 // each in a process of its own (two: fork before any CUDA call), with no
 // kernel and with a kernel of `kernel_us` between the wait and the
-// answer on the answering stream (a stand-in for the product).
+// answer on the answering stream (a stand-in for the product). With
+// `ask_kernel_us`, the asking stream runs a kernel of its own before each
+// ask (the client's work between its products, as in a training step);
+// `blocks` spreads both kernels over that many blocks of 128 threads (1
+// by default; a few per SM make them fill the GPU as real kernels do).
+// `local` is the same sequence with no hand-off: both kernels of each
+// round on one stream of one process, the figure a hand-off adds to.
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <fcntl.h>
@@ -66,6 +73,15 @@ __global__ void Spin(long long cycles) {
   while (clock64() - start < cycles) {
   }
 }
+
+// A kernel of `cycles` on `blocks` blocks of 128 threads.
+struct Kernel {
+  long long cycles = 0;
+  int blocks = 1;
+  void Queue(cudaStream_t stream) const {
+    if (cycles > 0) Spin<<<blocks, 128, 0, stream>>>(cycles);
+  }
+};
 
 // The two words, a cache line apart, in a shared anonymous mapping that
 // both processes register with CUDA after the fork.
@@ -129,12 +145,13 @@ Mapped Register(Words* words) {
 }
 
 // The answering side: for each i, wait ping >= i, (spin), write pong = i.
-void QueueAnswers(cudaStream_t stream, const Mapped& m, int n, long long spin) {
+void QueueAnswers(cudaStream_t stream, const Mapped& m, int n,
+                  const Kernel& answer) {
   const CudaDriverApi api = DriverApi();
   for (int i = 1; i <= n; ++i) {
     CHECK(api.stream_wait_value32(stream, m.ping, i,
                                   CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
-    if (spin > 0) Spin<<<1, 1, 0, stream>>>(spin);
+    answer.Queue(stream);
     CHECK(api.stream_write_value32(stream, m.pong, i, 0) == CUDA_SUCCESS);
   }
 }
@@ -158,10 +175,13 @@ double TimeRoundTrips(cudaStream_t ask, int n, QueueRound queue_round) {
   return ms * 1e3 / (n - n / 2);
 }
 
-// The asking side: for each i, write ping = i, wait pong >= i.
-double QueueAsksAndTime(cudaStream_t stream, const Mapped& m, int n) {
+// The asking side: for each i, (its own kernel), write ping = i, wait
+// pong >= i.
+double QueueAsksAndTime(cudaStream_t stream, const Mapped& m, int n,
+                        const Kernel& ask) {
   const CudaDriverApi api = DriverApi();
   return TimeRoundTrips(stream, n, [&](int i) {
+    ask.Queue(stream);
     CHECK(api.stream_write_value32(stream, m.ping, i, 0) == CUDA_SUCCESS);
     CHECK(api.stream_wait_value32(stream, m.pong, i,
                                   CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
@@ -174,6 +194,15 @@ long long CyclesFor(double us) {
   return static_cast<long long>(us * khz / 1e3);
 }
 
+// What each side runs per round, in microseconds and blocks.
+struct Work {
+  double answer_us = 0;
+  double ask_us = 0;
+  int blocks = 1;
+  Kernel Answer() const { return {CyclesFor(answer_us), blocks}; }
+  Kernel Ask() const { return {CyclesFor(ask_us), blocks}; }
+};
+
 Words* FreshWords() {
   void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -184,7 +213,7 @@ Words* FreshWords() {
 
 // One thread queues both sides, a round trip at a time: queued all at once,
 // the answers' waits would fill the stream's queue before an ask is queued.
-double OneProcess(int n, double kernel_us) {
+double OneProcess(int n, const Work& work) {
   Words* words = FreshWords();
   const Mapped m = Register(words);
   cudaStream_t ask, answer;
@@ -192,12 +221,13 @@ double OneProcess(int n, double kernel_us) {
   CHECK(cudaStreamCreateWithFlags(&answer, cudaStreamNonBlocking) ==
         cudaSuccess);
   const CudaDriverApi api = DriverApi();
-  const long long spin = CyclesFor(kernel_us);
+  const Kernel ask_kernel = work.Ask(), answer_kernel = work.Answer();
   const double us = TimeRoundTrips(ask, n, [&](int i) {
+    ask_kernel.Queue(ask);
     CHECK(api.stream_write_value32(ask, m.ping, i, 0) == CUDA_SUCCESS);
     CHECK(api.stream_wait_value32(answer, m.ping, i,
                                   CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS);
-    if (spin > 0) Spin<<<1, 1, 0, answer>>>(spin);
+    answer_kernel.Queue(answer);
     CHECK(api.stream_write_value32(answer, m.pong, i, 0) == CUDA_SUCCESS);
     CHECK(api.stream_wait_value32(ask, m.pong, i, CU_STREAM_WAIT_VALUE_GEQ) ==
           CUDA_SUCCESS);
@@ -209,7 +239,7 @@ double OneProcess(int n, double kernel_us) {
 
 // Forks before this process touches CUDA: the child answers, the parent
 // asks and times. Returns the round trip in microseconds.
-double TwoProcesses(int n, double kernel_us) {
+double TwoProcesses(int n, const Work& work) {
   Words* words = FreshWords();
   const pid_t child = fork();
   CHECK(child >= 0);
@@ -218,14 +248,14 @@ double TwoProcesses(int n, double kernel_us) {
     cudaStream_t answer;
     CHECK(cudaStreamCreateWithFlags(&answer, cudaStreamNonBlocking) ==
           cudaSuccess);
-    QueueAnswers(answer, m, n, CyclesFor(kernel_us));
+    QueueAnswers(answer, m, n, work.Answer());
     CHECK(cudaStreamSynchronize(answer) == cudaSuccess);
     std::_Exit(0);
   }
   const Mapped m = Register(words);
   cudaStream_t ask;
   CHECK(cudaStreamCreateWithFlags(&ask, cudaStreamNonBlocking) == cudaSuccess);
-  const double us = QueueAsksAndTime(ask, m, n);
+  const double us = QueueAsksAndTime(ask, m, n, work.Ask());
   int status = 0;
   CHECK(waitpid(child, &status, 0) == child);
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -236,7 +266,7 @@ double TwoProcesses(int n, double kernel_us) {
 
 // The events way in one process: plain events, one thread issuing both
 // sides in order.
-double OneProcessEvents(int n, double kernel_us) {
+double OneProcessEvents(int n, const Work& work) {
   cudaStream_t ask, answer;
   CHECK(cudaStreamCreateWithFlags(&ask, cudaStreamNonBlocking) == cudaSuccess);
   CHECK(cudaStreamCreateWithFlags(&answer, cudaStreamNonBlocking) ==
@@ -246,11 +276,12 @@ double OneProcessEvents(int n, double kernel_us) {
         cudaSuccess);
   CHECK(cudaEventCreateWithFlags(&answered, cudaEventDisableTiming) ==
         cudaSuccess);
-  const long long spin = CyclesFor(kernel_us);
+  const Kernel ask_kernel = work.Ask(), answer_kernel = work.Answer();
   return TimeRoundTrips(ask, n, [&](int) {
+    ask_kernel.Queue(ask);
     CHECK(cudaEventRecord(asked, ask) == cudaSuccess);
     CHECK(cudaStreamWaitEvent(answer, asked, 0) == cudaSuccess);
-    if (spin > 0) Spin<<<1, 1, 0, answer>>>(spin);
+    answer_kernel.Queue(answer);
     CHECK(cudaEventRecord(answered, answer) == cudaSuccess);
     CHECK(cudaStreamWaitEvent(ask, answered, 0) == cudaSuccess);
   });
@@ -261,7 +292,7 @@ double OneProcessEvents(int n, double kernel_us) {
 // told, waits for it, (spins), records its own and says so; the asker, once
 // told, waits for that. So each wait binds to the record of its round: a
 // side records its event again only after the other has issued its wait.
-double TwoProcessesEvents(int n, double kernel_us) {
+double TwoProcessesEvents(int n, const Work& work) {
   void* mapping = FreshWords();
   EventExchange* exchange = new (ExchangeIn(mapping)) EventExchange{};
   const pid_t child = fork();
@@ -273,11 +304,11 @@ double TwoProcessesEvents(int n, double kernel_us) {
     cudaEvent_t mine, theirs;
     ShareEvents(mine, exchange->answer, exchange->answer_published, theirs,
                 exchange->ask, exchange->ask_published);
-    const long long spin = CyclesFor(kernel_us);
+    const Kernel answer_kernel = work.Answer();
     for (int i = 1; i <= n; ++i) {
       WaitUntil(exchange->asked, i);
       CHECK(cudaStreamWaitEvent(answer, theirs, 0) == cudaSuccess);
-      if (spin > 0) Spin<<<1, 1, 0, answer>>>(spin);
+      answer_kernel.Queue(answer);
       CHECK(cudaEventRecord(mine, answer) == cudaSuccess);
       exchange->answered.store(i, std::memory_order_release);
     }
@@ -289,7 +320,9 @@ double TwoProcessesEvents(int n, double kernel_us) {
   cudaEvent_t mine, theirs;
   ShareEvents(mine, exchange->ask, exchange->ask_published, theirs,
               exchange->answer, exchange->answer_published);
+  const Kernel ask_kernel = work.Ask();
   const double us = TimeRoundTrips(ask, n, [&](int i) {
+    ask_kernel.Queue(ask);
     CHECK(cudaEventRecord(mine, ask) == cudaSuccess);
     exchange->asked.store(i, std::memory_order_release);
     WaitUntil(exchange->answered, i);
@@ -302,36 +335,56 @@ double TwoProcessesEvents(int n, double kernel_us) {
   return us;
 }
 
+// No hand-off: each round's two kernels on one stream.
+double Local(int n, const Work& work) {
+  cudaStream_t stream;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) ==
+        cudaSuccess);
+  const Kernel ask_kernel = work.Ask(), answer_kernel = work.Answer();
+  return TimeRoundTrips(stream, n, [&](int) {
+    ask_kernel.Queue(stream);
+    answer_kernel.Queue(stream);
+  });
+}
+
 }  // namespace
 }  // namespace matmul
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "one";
   const int n = argc > 2 ? std::atoi(argv[2]) : 2000;
-  const double kernel_us = argc > 3 ? std::atof(argv[3]) : 20.0;
+  matmul::Work work;
+  work.answer_us = argc > 3 ? std::atof(argv[3]) : 20.0;
+  work.ask_us = argc > 4 ? std::atof(argv[4]) : 0.0;
+  work.blocks = argc > 5 ? std::atoi(argv[5]) : 1;
   // A fork after this process has touched CUDA leaves the child without
   // it: a two-process way measures one kernel length per run.
   double us = 0;
   const char* what = nullptr;
   if (mode == "one") {
-    us = matmul::OneProcess(n, kernel_us);
+    us = matmul::OneProcess(n, work);
     what = "one process, words";
   } else if (mode == "two") {
-    us = matmul::TwoProcesses(n, kernel_us);
+    us = matmul::TwoProcesses(n, work);
     what = "two processes, words";
   } else if (mode == "one-events") {
-    us = matmul::OneProcessEvents(n, kernel_us);
+    us = matmul::OneProcessEvents(n, work);
     what = "one process, events";
   } else if (mode == "two-events") {
-    us = matmul::TwoProcessesEvents(n, kernel_us);
+    us = matmul::TwoProcessesEvents(n, work);
     what = "two processes, interprocess events";
+  } else if (mode == "local") {
+    us = matmul::Local(n, work);
+    what = "one stream, no hand-off";
   } else {
     std::fprintf(stderr,
-                 "usage: handoff-probe one|two|one-events|two-events "
-                 "[round_trips] [kernel_us]\n");
+                 "usage: handoff-probe one|two|one-events|two-events|local "
+                 "[round_trips] [kernel_us] [ask_kernel_us] [blocks]\n");
     return 2;
   }
-  std::printf("%s, %d round trips, %.0f us kernel: %.2f us a round trip\n",
-              what, n, kernel_us, us);
+  std::printf(
+      "%s, %d round trips, %.0f us kernel, %.0f us asker's kernel, %d "
+      "blocks: %.2f us a round trip\n",
+      what, n, work.answer_us, work.ask_us, work.blocks, us);
   return 0;
 }
