@@ -10,11 +10,8 @@ which is a region, goes to the daemon on this host with a warning.
 import importlib.util
 import os
 import random
-import socket
 import subprocess
 import sys
-import tempfile
-import time
 import unittest
 import warnings
 
@@ -24,6 +21,7 @@ if not os.environ.get("MATMUL_CLIENT_TEST_INSTALLED"):
 import matmul_client  # noqa: E402
 from matmul_client import HostTensor  # noqa: E402
 
+from cpu_daemon import start_cpu_daemon, stop_cpu_daemon  # noqa: E402
 from test_matmul_client import random_bf16, reference, relative_error  # noqa: E402
 
 
@@ -50,43 +48,12 @@ with matmul_client.Client(remote, local_target=local) as client:
 class InlineProductsTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        server = os.environ.get("MATMUL_SERVER")
-        if not server:
-            raise unittest.SkipTest("set MATMUL_SERVER to a matmul-server")
-        cls.dir = tempfile.TemporaryDirectory()
-        path = os.path.join(cls.dir.name, "matmul.sock")
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        cls.local = "unix:" + path
-        cls.remote = f"127.0.0.1:{port}"
-        cls.log = open(os.path.join(cls.dir.name, "server.log"), "w")
-        cls.server = subprocess.Popen(
-            [server, "--backend=cpu", f"--listen={cls.local},{cls.remote}",
-             "--metrics_listen="], stdout=cls.log, stderr=subprocess.STDOUT)
-        # The unix socket is bound before the daemon starts serving, the TCP
-        # port only once it does: wait for both (a slow start, under a
-        # sanitizer say, must not look like a refused connection).
-        deadline = time.monotonic() + 60
-        while not (os.path.exists(path) and cls._accepts(port)):
-            if cls.server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("matmul-server did not start")
-            time.sleep(0.05)
-
-    @staticmethod
-    def _accepts(port):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return True
-        except OSError:
-            return False
+        start_cpu_daemon(cls, tcp=True)
+        cls.local = cls.target
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.terminate()
-        cls.server.wait(timeout=60)
-        cls.log.close()
-        cls.dir.cleanup()
+        stop_cpu_daemon(cls)
 
     def setUp(self):
         self.rng = random.Random(7)

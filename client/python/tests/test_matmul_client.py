@@ -28,6 +28,7 @@ import grpc  # noqa: E402
 import matmul_client  # noqa: E402
 from matmul_client import HostTensor, MatmulError  # noqa: E402
 from matmul_client import _client, _transports  # noqa: E402
+from cpu_daemon import start_cpu_daemon, stop_cpu_daemon  # noqa: E402
 
 
 def random_bf16(count, rng):
@@ -72,29 +73,11 @@ def relative_error(got, want):
 class MatmulClientTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        server = os.environ.get("MATMUL_SERVER")
-        if not server:
-            raise unittest.SkipTest("set MATMUL_SERVER to a matmul-server")
-        cls.dir = tempfile.TemporaryDirectory()
-        socket = os.path.join(cls.dir.name, "matmul.sock")
-        cls.target = "unix:" + socket
-        cls.log = open(os.path.join(cls.dir.name, "server.log"), "w")
-        cls.server = subprocess.Popen(
-            [server, "--backend=cpu", "--listen=" + cls.target,
-             "--metrics_listen="], stdout=cls.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while not os.path.exists(socket):
-            if cls.server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("matmul-server did not start")
-            time.sleep(0.05)
+        start_cpu_daemon(cls)
 
     @classmethod
     def tearDownClass(cls):
-        matmul_client.close_default_clients()
-        cls.server.terminate()
-        cls.server.wait(timeout=60)
-        cls.log.close()
-        cls.dir.cleanup()
+        stop_cpu_daemon(cls)
 
     def setUp(self):
         self.rng = random.Random(1234)

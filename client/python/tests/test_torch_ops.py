@@ -14,16 +14,14 @@ checks that the package alone does not import it.
 """
 
 import os
-import subprocess
 import sys
-import tempfile
-import time
 import unittest
 from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import matmul_client  # noqa: E402
+from cpu_daemon import start_cpu_daemon, stop_cpu_daemon  # noqa: E402
 
 torch = None  # set by setUpClass
 torch_ops = None
@@ -33,36 +31,6 @@ mc_nn = None
 def relative_error(got, want):
     got, want = got.double(), want.double()
     return ((got - want).norm() / want.norm()).item()
-
-
-def start_cpu_daemon(test_class):
-    """matmul-server --backend=cpu on a socket in a temporary directory;
-    sets test_class.target and what tearDownClass stops."""
-    server = os.environ.get("MATMUL_SERVER")
-    if not server:
-        raise unittest.SkipTest("set MATMUL_SERVER to a matmul-server")
-    test_class.dir = tempfile.TemporaryDirectory()
-    socket = os.path.join(test_class.dir.name, "matmul.sock")
-    test_class.target = "unix:" + socket
-    test_class.log = open(os.path.join(test_class.dir.name, "server.log"),
-                          "w")
-    test_class.server = subprocess.Popen(
-        [server, "--backend=cpu", "--listen=" + test_class.target,
-         "--metrics_listen="], stdout=test_class.log,
-        stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(socket):
-        if test_class.server.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("matmul-server did not start")
-        time.sleep(0.05)
-
-
-def stop_cpu_daemon(test_class):
-    matmul_client.close_default_clients()
-    test_class.server.terminate()
-    test_class.server.wait(timeout=60)
-    test_class.log.close()
-    test_class.dir.cleanup()
 
 
 class PoisonedOutputs:
