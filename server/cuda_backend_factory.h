@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/gemm_backend.h"
-#include "server/backend_factory.h"
+#include "server/backend_options.h"
 
 namespace matmul {
 

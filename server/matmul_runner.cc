@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/gemm/shape_name.h"
 #include "kernels/device_lost.h"
 
 namespace matmul {

@@ -9,7 +9,7 @@
 #include "absl/time/clock.h"
 #include "server/matmul_stream_reactor.h"
 #include "server/refused_reactor.h"
-#include "server/regions/cuda_region_opener.h"
+#include "server/regions/cuda_region_device.h"
 #include "server/transport/grpc_call_control.h"
 #include "server/transport/peer_identity.h"
 #include "server/transport/response_bytes.h"

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/gemm/shape_name.h"
 #include "kernels/gemm_batch.h"
 #include "server/pending_product.h"
 

@@ -10,7 +10,12 @@ are skipped) and checks:
   (c) kernels/ includes nothing from server/ or client/;
   (d) common/ includes nothing from kernels/, server/ or client/;
   (e) no include cycle between folders (a file's folder is its directory,
-      e.g. server/ring; includes within one folder are not edges).
+      e.g. server/ring; includes within one folder are not edges);
+  (f) no include cycle between modules, inside a folder or across folders
+      (a module is a header with its sources: server/metrics.h and
+      server/metrics.cc are server/metrics; a cycle is, say, a.cc
+      including b.h while b.h includes a.h: include guards hide it from the
+      compiler, not from a reader).
 
 Only includes that name a file of the tree (paths are relative to the root,
 as the build's include directory is) count; generated headers such as
@@ -113,9 +118,23 @@ def folder_graph(edges):
     return graph
 
 
+def module_of(path):
+    return os.path.splitext(path)[0]
+
+
+def module_graph(edges):
+    """{(from module, to module): include count} between distinct modules."""
+    graph = collections.Counter()
+    for path, _, target in edges:
+        source, destination = module_of(path), module_of(target)
+        if source != destination:
+            graph[(source, destination)] += 1
+    return graph
+
+
 def cycles(graph):
-    """The strongly connected components of more than one folder (Tarjan),
-    each as a sorted list of folders."""
+    """The strongly connected components of more than one node (Tarjan),
+    each as a sorted list of nodes (folders or files)."""
     successors = collections.defaultdict(list)
     nodes = set()
     for source, destination in graph:
@@ -179,6 +198,20 @@ def cycle_breaches(edges, graph):
     return breaches
 
 
+def module_cycle_breaches(edges):
+    """Messages naming the includes that close each module cycle."""
+    breaches = []
+    for component in cycles(module_graph(edges)):
+        members = set(component)
+        breaches.append("include cycle between modules: " +
+                        ", ".join(component))
+        for path, number, target in edges:
+            source, destination = module_of(path), module_of(target)
+            if source != destination and {source, destination} <= members:
+                breaches.append(f"  {path}:{number}: includes {target}")
+    return breaches
+
+
 def print_graph(graph, out):
     rows = sorted(graph.items())
     width_from = max([len("from")] + [len(s) for (s, _), _ in rows])
@@ -211,7 +244,8 @@ def main(argv):
     graph = folder_graph(edges)
     if args.graph:
         print_graph(graph, sys.stdout)
-    breaches = rule_breaches(edges) + cycle_breaches(edges, graph)
+    breaches = (rule_breaches(edges) + cycle_breaches(edges, graph) +
+                module_cycle_breaches(edges))
     for breach in breaches:
         print(breach, file=sys.stderr)
     if breaches:

@@ -89,6 +89,21 @@ class CheckIncludesTest(unittest.TestCase):
             "include cycle between folders: server, server/ring, "
             "server/transport")
 
+    def test_a_module_cycle_inside_a_folder_is_reported(self):
+        # A source including a header that includes the source's own header:
+        # the two modules depend on each other though no file includes
+        # itself.
+        self.assert_breach(
+            {"server/f.h": [], "server/f.cc": ["server/f.h", "server/g.h"],
+             "server/g.h": ["server/f.h"]},
+            "include cycle between modules: server/f, server/g")
+
+    def test_a_header_and_its_source_are_one_module(self):
+        code, _, err = self.run_check(dict(
+            GOOD_TREE, **{"server/f.h": [], "server/f.cc": ["server/f.h"],
+                          "server/f_test.cc": ["server/f.h"]}))
+        self.assertEqual(code, 0, err)
+
     def test_graph_counts_includes_between_folders(self):
         code, out, _ = self.run_check(GOOD_TREE, "--graph")
         self.assertEqual(code, 0)

@@ -69,10 +69,6 @@ struct GemmProblem {
   double flops() const { return 2.0 * batch * m * n * k; }
 };
 
-// "MxNxK" with a transpose tag, e.g. "5120x2048x2048:NT" (bounded metric
-// labels are built from this elsewhere).
-std::string ShapeName(const GemmProblem& problem);
-
 }  // namespace matmul
 
 #endif  // MATMUL_COMMON_GEMM_GEMM_PROBLEM_H_

@@ -1,5 +1,6 @@
 #include "common/gemm/matrix_layout.h"
 
+#include "common/gemm/shape_name.h"
 #include "gtest/gtest.h"
 
 namespace matmul {

@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/cublaslt_gemm.h"
 #include "kernels/cuda/gemm_family.h"
-#include "kernels/cuda/gemm_family_registry.h"
+#include "kernels/cuda/family_factory.h"
 
 namespace matmul::cuda {
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/gemm/matrix_layout.h"
+#include "common/gemm/shape_name.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cuda_resources.h"
 #include "kernels/cuda/cuda_status.h"

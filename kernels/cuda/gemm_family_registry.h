@@ -12,25 +12,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cuda/family_factory.h"
 #include "kernels/cuda/gemm_family.h"
 
 namespace matmul::cuda {
-
-// What a family needs to know of the device it serves.
-struct FamilySettings {
-  int device = 0;
-  // Per-block shared memory limit for kernels that state theirs (> 0).
-  int max_shared_bytes = 0;
-  // How many candidates cuBLASLt's heuristic is asked for.
-  int cublaslt_top_k = 8;
-};
-
-// A family this build can make.
-struct FamilyFactory {
-  std::string name;
-  absl::StatusOr<std::unique_ptr<GemmFamily>> (*create)(
-      const FamilySettings& settings);
-};
 
 // Every family of this build, in the order their candidates are listed and
 // timed: the optional ones (the own kernels), then cuBLASLt.

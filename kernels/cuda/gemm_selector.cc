@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/gemm/shape_name.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/cublaslt_family.h"
 #include "kernels/cuda/cuda_status.h"

@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "kernels/cuda/gemm_family_registry.h"
+#include "kernels/cuda/family_factory.h"
 
 namespace matmul::cuda {
 

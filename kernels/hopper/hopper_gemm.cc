@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/gemm/matrix_layout.h"
+#include "common/gemm/shape_name.h"
 #include "kernels/hopper/internal/launch.h"
 #include "kernels/hopper/internal/params.h"
 #include "kernels/hopper/internal/schedule.h"

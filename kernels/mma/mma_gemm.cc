@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/gemm/matrix_layout.h"
+#include "common/gemm/shape_name.h"
 #include "kernels/mma/internal/configs.h"
 #include "kernels/mma/internal/launch.h"
 #include "kernels/mma/internal/params.h"

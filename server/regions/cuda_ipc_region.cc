@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "server/regions/cuda_region_device.h"
 
 namespace matmul {
 namespace {
@@ -32,29 +33,6 @@ class CudaIpcRegion final : public Region {
 };
 
 }  // namespace
-
-absl::Status CheckRegionDevice(int daemon_device, int32_t ordinal,
-                               const std::string& uuid) {
-  if (!uuid.empty()) {
-    const std::string ours = CudaDeviceUuid(daemon_device);
-    if (uuid != ours) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "the memory is on device ", uuid, " but this daemon serves device ",
-          daemon_device, " (", ours,
-          "); register it with a daemon on that "
-          "device"));
-    }
-    return absl::OkStatus();
-  }
-  if (ordinal != daemon_device) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the memory is on device ", ordinal,
-                     " but this daemon serves device ", daemon_device,
-                     " (send device_uuid when the two processes number "
-                     "devices differently, e.g. under CUDA_VISIBLE_DEVICES)"));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<std::shared_ptr<void>> CudaIpcOpener::OpenHandle(
     const std::string& handle) {

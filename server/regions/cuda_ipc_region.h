@@ -14,7 +14,6 @@
 #include "absl/synchronization/mutex.h"
 #include "common/cuda_driver_api.h"
 #include "matmul/v1/matmul.pb.h"
-#include "server/regions/cuda_region_opener.h"
 #include "server/regions/region.h"
 
 namespace matmul {

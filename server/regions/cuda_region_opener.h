@@ -24,11 +24,6 @@ namespace matmul {
 // the CUDA headers so that every build refuses a malformed handle alike.
 inline constexpr size_t kCudaIpcHandleBytes = 64;
 
-// Checks that a region meant for (ordinal, uuid) can be used on the
-// daemon's device: the UUID decides when given, else the ordinal.
-absl::Status CheckRegionDevice(int daemon_device, int32_t ordinal,
-                               const std::string& uuid);
-
 class CudaRegionOpener {
  public:
   virtual ~CudaRegionOpener() = default;

@@ -2,6 +2,7 @@
 // backend, so shm regions are never registered with a device and the CUDA
 // kinds of region are refused, saying why. No GPU means no device either,
 // so no region's device can match the daemon's.
+#include "server/regions/cuda_region_device.h"
 #include "server/regions/cuda_region_opener.h"
 
 namespace matmul {

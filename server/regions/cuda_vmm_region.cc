@@ -15,7 +15,7 @@
 #include "common/checked_math.h"
 #include "common/status_macros.h"
 #include "common/unique_fd.h"
-#include "server/regions/cuda_ipc_region.h"
+#include "server/regions/cuda_region_device.h"
 
 namespace matmul {
 namespace {

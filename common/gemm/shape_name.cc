@@ -1,4 +1,4 @@
-#include "common/gemm/gemm_problem.h"
+#include "common/gemm/shape_name.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/gemm/matrix_layout.h"

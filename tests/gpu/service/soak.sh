@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The soak on the GPU machine (issue 35): tests/soak/run_soak.sh against a
+# CUDA daemon from the bundle, COUNT times, each DURATION long, on the
+# REGIONS kinds, every scenario; each run ends with SIGTERM, which must end
+# the daemon with exit 0 within its grace. Writes $OUT/soak_N.json (the
+# soak's report: counts back to their start, RSS samples) and
+# $OUT/soak.txt (every run's log and a summary line each).
+#
+#   run(command="COUNT=4 bash tests/gpu/service/soak.sh", carry=["bundle"])
+#   DURATION=570s REGIONS=shm,ipc,vmm bash tests/gpu/service/soak.sh
+#
+# Env: DURATION (default 120s), COUNT (default 1), REGIONS (default
+# shm,ipc,vmm), CLIENTS (default 64), SOAK_ARGS (more run_soak.sh flags).
+set -uo pipefail
+cd "$(dirname "$0")/../../.." || exit 1
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+source tests/gpu/bundle_env.sh
+for binary in bundle/matmul-server bundle/matmul-soak bundle/soak_holder; do
+  if [ ! -x "$binary" ]; then
+    echo "soak.sh: $binary missing (run tests/gpu/bundle.sh)" >&2
+    exit 1
+  fi
+done
+rc=0
+summary=()
+for i in $(seq 1 "${COUNT:-1}"); do
+  start=$(date +%s)
+  run_rc=0
+  # shellcheck disable=SC2086  # SOAK_ARGS is a list of flags
+  bash tests/soak/run_soak.sh --server=bundle/matmul-server \
+    --soak=bundle/matmul-soak --backend=cuda \
+    --regions="${REGIONS:-shm,ipc,vmm}" --duration="${DURATION:-120s}" \
+    --clients="${CLIENTS:-64}" --json_out="$OUT/soak_$i.json" \
+    ${SOAK_ARGS:-} >"$OUT/soak_$i.log" 2>&1 || run_rc=$?
+  summary+=("soak $i: ${DURATION:-120s} on ${REGIONS:-shm,ipc,vmm}, exit $run_rc, $(($(date +%s) - start)) s in all")
+  [ "$run_rc" = 0 ] || rc=1
+  tail -n 60 "$OUT/soak_$i.log"
+done
+{
+  for i in $(seq 1 "${COUNT:-1}"); do cat "$OUT/soak_$i.log"; done
+  printf '%s\n' "${summary[@]}"
+} >"$OUT/soak.txt"
+printf '%s\n' "${summary[@]}"
+exit $rc
