@@ -12,8 +12,8 @@
 #include "client/cuda_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/backend_factory.h"
-#include "server/metrics.h"
+#include "server/backends/backend_factory.h"
+#include "server/metrics/metrics.h"
 #include "server/regions/region_opener.h"
 
 namespace matmul {

@@ -17,8 +17,8 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "server/matmul_service.h"
+#include "server/metrics/test_exposition.h"
 #include "server/regions/test_region.h"
-#include "server/test_exposition.h"
 #include "server/test_lane.h"
 
 namespace matmul {

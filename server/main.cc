@@ -19,7 +19,7 @@
 #include "absl/time/time.h"
 #include "common/flags_help.h"
 #include "common/grpc_transport_args.h"
-#include "server/backend_factory.h"
+#include "server/backends/backend_factory.h"
 #include "server/matmul_server.h"
 
 ABSL_FLAG(std::vector<std::string>, listen, {"unix:/run/matmul/matmul.sock"},

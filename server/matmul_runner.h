@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kernels/gemm_backend.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/pending_product.h"
 
 namespace matmul {

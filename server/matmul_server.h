@@ -18,7 +18,7 @@
 #include "kernels/gemm_backend.h"
 #include "server/device_lane.h"
 #include "server/matmul_service.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/request_validation.h"
 #include "server/transport/unix_socket_listener.h"
 

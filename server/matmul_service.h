@@ -15,7 +15,7 @@
 #include "kernels/gemm_backend.h"
 #include "matmul/v1/matmul.grpc.pb.h"
 #include "server/device_lane.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/product_admission.h"
 #include "server/regions/region_opener.h"
 #include "server/regions/region_registry.h"

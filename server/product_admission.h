@@ -17,7 +17,7 @@
 #include "server/bound_operands.h"
 #include "server/client_quota.h"
 #include "server/device_lane.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/regions/region_registry.h"
 #include "server/request_validation.h"
 #include "server/transport/product_submitter.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "server/device_lane.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/pending_product.h"
 
 namespace matmul {

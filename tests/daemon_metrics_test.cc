@@ -1,5 +1,5 @@
 // The daemon's metrics end to end: a real daemon serves real requests and
-// its scrape shows the parts it wires in (server/metrics_test.cc covers
+// its scrape shows the parts it wires in (server/metrics/metrics_test.cc covers
 // ServerMetrics on its own).
 #include <random>
 #include <string>

@@ -12,8 +12,8 @@ are skipped) and checks:
   (e) no include cycle between folders (a file's folder is its directory,
       e.g. server/ring; includes within one folder are not edges);
   (f) no include cycle between modules, inside a folder or across folders
-      (a module is a header with its sources: server/metrics.h and
-      server/metrics.cc are server/metrics; a cycle is, say, a.cc
+      (a module is a header with its sources: server/ring/attached_ring.h and
+      attached_ring.cc are server/ring/attached_ring; a cycle is, say, a.cc
       including b.h while b.h includes a.h: include guards hide it from the
       compiler, not from a reader).
 

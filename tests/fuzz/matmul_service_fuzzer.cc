@@ -15,7 +15,7 @@
 #include "server/device_lane.h"
 #include "server/matmul_runner.h"
 #include "server/matmul_service.h"
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/regions/region_registry.h"
 #include "tests/fuzz/fuzz_check.h"
 

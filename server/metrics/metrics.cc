@@ -1,4 +1,4 @@
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 
 #include <unistd.h>
 
@@ -15,7 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "prometheus/text_serializer.h"
-#include "server/cuda_versions.h"
+#include "server/backends/cuda_versions.h"
 
 namespace matmul {
 namespace {

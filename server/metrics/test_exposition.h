@@ -1,7 +1,7 @@
 // A /metrics scrape read back for unit tests: each sample line's series
 // (name and labels, as printed) and value, and each family's TYPE.
-#ifndef MATMUL_SERVER_TEST_EXPOSITION_H_
-#define MATMUL_SERVER_TEST_EXPOSITION_H_
+#ifndef MATMUL_SERVER_METRICS_TEST_EXPOSITION_H_
+#define MATMUL_SERVER_METRICS_TEST_EXPOSITION_H_
 
 #include <map>
 #include <string>
@@ -45,4 +45,4 @@ inline double Sample(const Exposition& exposition, const std::string& series) {
 
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_TEST_EXPOSITION_H_
+#endif  // MATMUL_SERVER_METRICS_TEST_EXPOSITION_H_

@@ -1,13 +1,13 @@
 // Chooses and creates the compute backend named by --backend.
-#ifndef MATMUL_SERVER_BACKEND_FACTORY_H_
-#define MATMUL_SERVER_BACKEND_FACTORY_H_
+#ifndef MATMUL_SERVER_BACKENDS_BACKEND_FACTORY_H_
+#define MATMUL_SERVER_BACKENDS_BACKEND_FACTORY_H_
 
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/gemm_backend.h"
-#include "server/backend_options.h"
+#include "server/backends/backend_options.h"
 
 namespace matmul {
 
@@ -22,4 +22,4 @@ absl::StatusOr<std::vector<std::unique_ptr<GemmBackend>>> CreateBackends(
 
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_BACKEND_FACTORY_H_
+#endif  // MATMUL_SERVER_BACKENDS_BACKEND_FACTORY_H_

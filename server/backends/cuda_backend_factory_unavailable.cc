@@ -1,6 +1,6 @@
 // The daemon built without CUDA (MATMUL_CUDA=OFF): no GPU is ever seen, so
 // --backend=auto picks the CPU, and --backend=cuda says why it cannot run.
-#include "server/cuda_backend_factory.h"
+#include "server/backends/cuda_backend_factory.h"
 
 namespace matmul {
 

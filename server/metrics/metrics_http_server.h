@@ -15,8 +15,8 @@
 // cuBLASLt (as the daemon does), civetweb's mg_start fails on Debian 12
 // ("null context when constructing CivetServer") with the port free; a
 // scrape endpoint needs no more than this.
-#ifndef MATMUL_SERVER_METRICS_HTTP_SERVER_H_
-#define MATMUL_SERVER_METRICS_HTTP_SERVER_H_
+#ifndef MATMUL_SERVER_METRICS_METRICS_HTTP_SERVER_H_
+#define MATMUL_SERVER_METRICS_METRICS_HTTP_SERVER_H_
 
 #include <atomic>
 #include <cstddef>
@@ -79,4 +79,4 @@ class MetricsHttpServer {
 
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_METRICS_HTTP_SERVER_H_
+#endif  // MATMUL_SERVER_METRICS_METRICS_HTTP_SERVER_H_

@@ -1,4 +1,4 @@
-#include "server/cuda_versions.h"
+#include "server/backends/cuda_versions.h"
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>

@@ -1,4 +1,4 @@
-#include "server/metrics_http_server.h"
+#include "server/metrics/metrics_http_server.h"
 
 #include <arpa/inet.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "server/metrics_http_server.h"
+#include "server/metrics/metrics_http_server.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/http_request_head.h"
+#include "server/metrics/http_request_head.h"
 
 namespace matmul {
 namespace {

@@ -14,8 +14,8 @@
 // Values owned elsewhere (queue depth, regions, sessions, device memory,
 // tuning, the process's /proc figures) are read at scrape time through
 // sources, so their owners need not know about metrics.
-#ifndef MATMUL_SERVER_METRICS_H_
-#define MATMUL_SERVER_METRICS_H_
+#ifndef MATMUL_SERVER_METRICS_METRICS_H_
+#define MATMUL_SERVER_METRICS_METRICS_H_
 
 #include <cstdint>
 #include <functional>
@@ -35,7 +35,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "server/metrics_http_server.h"
+#include "server/metrics/metrics_http_server.h"
 
 namespace matmul {
 
@@ -232,4 +232,4 @@ class ServerMetrics {
 
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_METRICS_H_
+#endif  // MATMUL_SERVER_METRICS_METRICS_H_

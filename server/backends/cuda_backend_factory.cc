@@ -1,4 +1,4 @@
-#include "server/cuda_backend_factory.h"
+#include "server/backends/cuda_backend_factory.h"
 
 #include "kernels/cuda/cuda_backend.h"
 

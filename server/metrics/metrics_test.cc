@@ -1,4 +1,4 @@
-#include "server/metrics.h"
+#include "server/metrics/metrics.h"
 
 #include <atomic>
 #include <map>
@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/test_exposition.h"
+#include "server/metrics/test_exposition.h"
 
 namespace matmul {
 namespace {

@@ -1,8 +1,8 @@
 // The CUDA runtime and cuBLASLt versions the daemon runs with, for the
 // matmul_build_info metric. A build without CUDA (MATMUL_CUDA=OFF) links
 // cuda_versions_unavailable.cc instead, which names neither.
-#ifndef MATMUL_SERVER_CUDA_VERSIONS_H_
-#define MATMUL_SERVER_CUDA_VERSIONS_H_
+#ifndef MATMUL_SERVER_BACKENDS_CUDA_VERSIONS_H_
+#define MATMUL_SERVER_BACKENDS_CUDA_VERSIONS_H_
 
 #include <string>
 
@@ -17,4 +17,4 @@ CudaVersions LinkedCudaVersions();
 
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_CUDA_VERSIONS_H_
+#endif  // MATMUL_SERVER_BACKENDS_CUDA_VERSIONS_H_

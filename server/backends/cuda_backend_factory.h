@@ -2,14 +2,14 @@
 // one of them. A build without CUDA (MATMUL_CUDA=OFF) links
 // cuda_backend_factory_unavailable.cc instead, which sees no GPU and refuses
 // --backend=cuda with FAILED_PRECONDITION.
-#ifndef MATMUL_SERVER_CUDA_BACKEND_FACTORY_H_
-#define MATMUL_SERVER_CUDA_BACKEND_FACTORY_H_
+#ifndef MATMUL_SERVER_BACKENDS_CUDA_BACKEND_FACTORY_H_
+#define MATMUL_SERVER_BACKENDS_CUDA_BACKEND_FACTORY_H_
 
 #include <memory>
 
 #include "absl/status/statusor.h"
 #include "kernels/gemm_backend.h"
-#include "server/backend_options.h"
+#include "server/backends/backend_options.h"
 
 namespace matmul {
 
@@ -22,4 +22,4 @@ absl::StatusOr<std::unique_ptr<GemmBackend>> CreateCudaBackendFromOptions(
 
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_CUDA_BACKEND_FACTORY_H_
+#endif  // MATMUL_SERVER_BACKENDS_CUDA_BACKEND_FACTORY_H_

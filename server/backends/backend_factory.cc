@@ -1,4 +1,4 @@
-#include "server/backend_factory.h"
+#include "server/backends/backend_factory.h"
 
 #include <algorithm>
 
@@ -7,7 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "server/cuda_backend_factory.h"
+#include "server/backends/cuda_backend_factory.h"
 
 namespace matmul {
 

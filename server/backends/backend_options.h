@@ -2,8 +2,8 @@
 // on which devices, and how each kind runs. Its own header so that the
 // factory and the CUDA half it dispatches to both depend on it rather than
 // on each other.
-#ifndef MATMUL_SERVER_BACKEND_OPTIONS_H_
-#define MATMUL_SERVER_BACKEND_OPTIONS_H_
+#ifndef MATMUL_SERVER_BACKENDS_BACKEND_OPTIONS_H_
+#define MATMUL_SERVER_BACKENDS_BACKEND_OPTIONS_H_
 
 #include <cstdint>
 #include <string>
@@ -29,4 +29,4 @@ struct BackendOptions {
 
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_BACKEND_OPTIONS_H_
+#endif  // MATMUL_SERVER_BACKENDS_BACKEND_OPTIONS_H_

@@ -1,4 +1,4 @@
-#include "server/http_request_head.h"
+#include "server/metrics/http_request_head.h"
 
 #include <random>
 #include <string>

@@ -2,8 +2,8 @@
 // metrics endpoint reads it. A pure function of its input, so that it can
 // be fuzzed on its own: no I/O, no allocation beyond the result, every
 // malformed input an INVALID_ARGUMENT whose message says what was wrong.
-#ifndef MATMUL_SERVER_HTTP_REQUEST_HEAD_H_
-#define MATMUL_SERVER_HTTP_REQUEST_HEAD_H_
+#ifndef MATMUL_SERVER_METRICS_HTTP_REQUEST_HEAD_H_
+#define MATMUL_SERVER_METRICS_HTTP_REQUEST_HEAD_H_
 
 #include <cstddef>
 #include <string>
@@ -45,4 +45,4 @@ absl::StatusOr<HttpRequestHead> ParseHttpRequestHead(absl::string_view head);
 
 }  // namespace matmul
 
-#endif  // MATMUL_SERVER_HTTP_REQUEST_HEAD_H_
+#endif  // MATMUL_SERVER_METRICS_HTTP_REQUEST_HEAD_H_

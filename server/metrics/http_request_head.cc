@@ -1,4 +1,4 @@
-#include "server/http_request_head.h"
+#include "server/metrics/http_request_head.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"

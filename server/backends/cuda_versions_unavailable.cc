@@ -1,6 +1,6 @@
 // The daemon built without CUDA (MATMUL_CUDA=OFF) runs with no CUDA runtime
 // and no cuBLASLt; "none" is what a CUDA build reports where they are absent.
-#include "server/cuda_versions.h"
+#include "server/backends/cuda_versions.h"
 
 namespace matmul {
 
