@@ -116,6 +116,18 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
                            " region is device memory; it needs the CUDA "
                            "backend"));
   }
+  // Both backends load whole elements: an operand must start at a multiple
+  // of its element size, wherever its region sits in its segment.
+  const char* data = static_cast<const char*>(base) + checked.offset_bytes;
+  const size_t element_bytes = DTypeSize(checked.dtype);
+  if (reinterpret_cast<uintptr_t>(data) % element_bytes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " starts at byte ", checked.offset_bytes, " of region '",
+        checked.region_id, "', which is not ", element_bytes,
+        "-byte aligned in memory; ", DTypeName(checked.dtype),
+        " operands must start at a multiple of ", element_bytes,
+        " bytes (check the region's offset in its segment and offset_bytes)"));
+  }
   const Region::Placement placement = region->placement();
   const uint64_t begin = placement.offset + checked.offset_bytes;
   *span = Span{placement.object, begin,
@@ -131,7 +143,7 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
     if (device >= 0) cuda_device_ = device;
     regions_.push_back(region);
   }
-  return static_cast<const char*>(base) + checked.offset_bytes;
+  return data;
 }
 
 absl::Status BoundOperands::CheckRegionsIntact() const {
