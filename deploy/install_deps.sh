@@ -21,6 +21,8 @@ build=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev libopenblas-dev nlohmann-json3-dev zlib1g-dev
+  # matmul-server's malloc (server/CMakeLists.txt, MATMUL_ALLOCATOR).
+  libjemalloc-dev
   # The build configures its tests too (find_package(GTest) is required).
   libgtest-dev libgmock-dev
   # setcap: the image gives matmul-server its file capability (Dockerfile).

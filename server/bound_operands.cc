@@ -117,16 +117,19 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
                            "backend"));
   }
   // Both backends load whole elements: an operand must start at a multiple
-  // of its element size, wherever its region sits in its segment.
+  // of its element size in memory. Validation checked offset_bytes; what is
+  // left is where the region itself starts in its segment.
   const char* data = static_cast<const char*>(base) + checked.offset_bytes;
   const size_t element_bytes = DTypeSize(checked.dtype);
   if (reinterpret_cast<uintptr_t>(data) % element_bytes != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        name, " starts at byte ", checked.offset_bytes, " of region '",
-        checked.region_id, "', which is not ", element_bytes,
-        "-byte aligned in memory; ", DTypeName(checked.dtype),
+        name, " at byte ", checked.offset_bytes, " of region '",
+        checked.region_id, "' is not ", element_bytes,
+        "-byte aligned in memory: the region starts at an offset of its "
+        "segment that is not; ",
+        checked.dtype == DType::kBF16 ? "BF16" : "FP32",
         " operands must start at a multiple of ", element_bytes,
-        " bytes (check the region's offset in its segment and offset_bytes)"));
+        " bytes (register the region at an offset that is a multiple of 16)"));
   }
   const Region::Placement placement = region->placement();
   const uint64_t begin = placement.offset + checked.offset_bytes;

@@ -117,35 +117,6 @@ TEST_F(BoundOperandsTest, ExtentsMustLieInsideTheRegion) {
   EXPECT_EQ(bound.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-// The backends load whole elements, so an operand that starts between two
-// is refused, on the host and on the device alike; one element apart is
-// enough.
-TEST_F(BoundOperandsTest, OperandsMustStartOnAnElementBoundary) {
-  const std::string host = Register({.size = 4096});
-  const std::string device = Register(
-      {.size = 4096, .cuda_device = 0, .host_visible = false,
-       .device_visible = true});
-  for (bool on_device : {false, true}) {
-    const std::string& region = on_device ? device : host;
-    const uint64_t odd = 1 + 2 * (rng_() % 100);
-    absl::StatusOr<std::unique_ptr<BoundOperands>> bound =
-        Bind(RegionProduct(region, 4, 5, 6, odd), on_device);
-    EXPECT_EQ(bound.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(bound.status().message(),
-                HasSubstr("BF16 operands must start at a multiple of 2"));
-    EXPECT_TRUE(Bind(RegionProduct(region, 4, 5, 6, odd + 1), on_device).ok());
-
-    // An FP32 output needs 4 bytes.
-    v1::MatmulRequest request = RegionProduct(region, 4, 5, 6, 0);
-    *request.mutable_c() = RegionTensor(v1::DTYPE_FP32, 4, 5, region, 1026);
-    bound = Bind(request, on_device);
-    EXPECT_EQ(bound.status().code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(bound.status().message(), HasSubstr("C starts at byte 1026"));
-    *request.mutable_c() = RegionTensor(v1::DTYPE_FP32, 4, 5, region, 1028);
-    EXPECT_TRUE(Bind(request, on_device).ok());
-  }
-}
-
 TEST_F(BoundOperandsTest, UnknownRegionsAndMissingSessionsAreRefused) {
   const std::string id = Register({.size = 4096});
   v1::MatmulRequest request = RegionProduct("0123456789abcdef", 2, 2, 2, 0);

@@ -89,7 +89,7 @@ class LaneRoutingTest : public ::testing::Test {
       lanes_.push_back(MakeTestLane(std::move(backend), *metrics_, device));
     }
     service_ = std::make_unique<MatmulServiceImpl>(
-        lanes_, *metrics_, registry_,
+        lanes_, *metrics_, registry_, in_flight_,
         MatmulServiceOptions{.admission = {.max_in_flight_per_client = 8},
                              .max_concurrent_requests = 64,
                              .shm_prefix = "matmul-"});
@@ -192,6 +192,7 @@ class LaneRoutingTest : public ::testing::Test {
   const std::string session_;
   int regions_ = 0;  // names their memory apart
   std::vector<FakeGpuBackend*> backends_;
+  InFlightRequests in_flight_;
   std::vector<DeviceLane> lanes_;
   std::unique_ptr<MatmulServiceImpl> service_;
 };

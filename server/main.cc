@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/flags_help.h"
 #include "common/grpc_transport_args.h"
@@ -174,8 +175,10 @@ ABSL_FLAG(std::string, grpc_args, "",
           "argument. Clients get the best large-message throughput with "
           "the same settings on their channel. Empty: gRPC's defaults.");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(30),
-          "On SIGTERM/SIGINT, how long calls in progress may take to finish "
-          "before they are cancelled.");
+          "On SIGTERM/SIGINT, how long requests in flight may take to "
+          "finish. Past it, those left are answered UNAVAILABLE (listed on "
+          "stderr) and the daemon exits 0, waiting at most 3 s more for a "
+          "kernel that is still running.");
 
 namespace {
 
@@ -427,7 +430,29 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "matmul-server: %s received, draining\n",
                strsignal(signal_number));
-  (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  // Past the grace every request is answered, but a kernel already running
+  // cannot be stopped, and a worker stuck in one would hold the exit
+  // forever (a supervisor's SIGKILL then): wait this much longer, then exit
+  // without it.
+  constexpr absl::Duration kRunningKernelMargin = absl::Seconds(3);
+  const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace);
+  matmul::MatmulServer* raw = server->get();
+  absl::Notification stopped;
+  std::thread drain([raw, grace, &stopped] {
+    raw->Shutdown(grace);
+    stopped.Notify();
+  });
+  if (!stopped.WaitForNotificationWithTimeout(grace + kRunningKernelMargin)) {
+    std::fprintf(stderr,
+                 "matmul-server: a worker is still running a product %s "
+                 "after the shutdown grace; exiting without it. In flight:\n"
+                 "%s",
+                 absl::FormatDuration(kRunningKernelMargin).c_str(),
+                 raw->in_flight().Render().c_str());
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
+  drain.join();
   std::fprintf(stderr, "matmul-server: stopped\n");
   return 0;
 }

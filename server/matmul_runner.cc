@@ -42,9 +42,16 @@ void MatmulRunner::RunBatch(
   std::vector<PendingProduct*> live;
   live.reserve(batch.size());
   for (const std::unique_ptr<PendingProduct>& product : batch) {
+    // Answered already by a drain past its grace: nothing to run.
+    if (product->in_flight != nullptr && product->in_flight->claimed()) {
+      continue;
+    }
     if (device_lost_.load(std::memory_order_acquire)) {
       std::move(product->finish)(DeviceLostAnswer());
     } else if (!AnswerIfStale(*product, started)) {
+      if (product->in_flight != nullptr) {
+        product->in_flight->SetStage(InFlightRequest::Stage::kRunning);
+      }
       live.push_back(product.get());
     }
   }
@@ -101,6 +108,12 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
     if (absl::Status intact = product->operands->CheckRegionsIntact();
         !intact.ok()) {
       std::move(product->finish)(std::move(intact));
+      continue;
+    }
+    // A drain past its grace may have answered the call already; then its
+    // response is gone.
+    if (product->in_flight != nullptr &&
+        !product->in_flight->ClaimForWriting()) {
       continue;
     }
     const GemmProblem& p = product->plan.problem;

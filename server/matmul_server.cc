@@ -5,10 +5,15 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_posix.h>
 
+#include <cstdio>
+#include <thread>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/pem_file.h"
 #include "common/status_macros.h"
 #include "server/regions/shm_region.h"
@@ -126,6 +131,8 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     server->lanes_.push_back(std::move(lane));
   }
   server->metrics_->SetQueueDepthSource([raw] { return raw->queue_depth(); });
+  server->metrics_->SetRequestsInFlightSource(
+      [raw] { return raw->in_flight_.Render(); });
   server->metrics_->SetQueueCapacity(static_cast<int>(server->lanes_.size()) *
                                      options.executor.batching.max_queue_size);
   const int max_concurrent = static_cast<int>(server->lanes_.size()) *
@@ -153,7 +160,8 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   service.rings = options.rings;
   service.unary_api = options.unary_api;
   server->service_ = std::make_unique<MatmulServiceImpl>(
-      server->lanes_, *server->metrics_, *server->registry_, service);
+      server->lanes_, *server->metrics_, *server->registry_, server->in_flight_,
+      service);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -234,6 +242,25 @@ MatmulServer::~MatmulServer() {
 void MatmulServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
+  // The drain ends with the grace: what is still in flight then is
+  // answered UNAVAILABLE, which ends its call and lets gRPC's shutdown
+  // return; a product still queued or running finds its answer given and
+  // is dropped.
+  absl::Notification drained;
+  std::thread give_up([this, grace, &drained] {
+    if (drained.WaitForNotificationWithTimeout(grace)) return;
+    const std::string given_up = in_flight_.GiveUpAll(absl::UnavailableError(
+        absl::StrCat("the daemon is stopping and its shutdown grace (",
+                     absl::FormatDuration(grace),
+                     ") ran out before this request was answered; retry "
+                     "on the daemon that replaces it")));
+    if (!given_up.empty()) {
+      std::fprintf(stderr,
+                   "matmul-server: the shutdown grace of %s ran out; "
+                   "answered these UNAVAILABLE:\n%s",
+                   absl::FormatDuration(grace).c_str(), given_up.c_str());
+    }
+  });
   // New clients fail fast at connect; connections already open drain.
   for (std::unique_ptr<UnixSocketListener>& listener : unix_listeners_) {
     listener->Stop();
@@ -243,11 +270,15 @@ void MatmulServer::Shutdown(absl::Duration grace) {
     metrics_->SetServing(false);
     service_->CloseAllSessions();
     // Waits for calls in progress (whose products the executor is still
-    // running) until the deadline, then cancels what remains.
-    server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    // running); past its deadline gRPC cancels what remains. The give-up
+    // above answers them first, so that their clients read why.
+    server_->Shutdown(
+        absl::ToChronoTime(absl::Now() + grace + absl::Seconds(1)));
   }
   for (DeviceLane& lane : lanes_) lane.executor->Shutdown();
   if (server_ != nullptr) server_->Wait();
+  drained.Notify();
+  give_up.join();
 }
 
 }  // namespace matmul

@@ -17,6 +17,7 @@
 #include "common/grpc_transport_args.h"
 #include "kernels/gemm_backend.h"
 #include "server/device_lane.h"
+#include "server/in_flight_requests.h"
 #include "server/matmul_service.h"
 #include "server/metrics/metrics.h"
 #include "server/request_validation.h"
@@ -87,8 +88,9 @@ class MatmulServer {
   MatmulServer& operator=(const MatmulServer&) = delete;
 
   // Health goes NOT_SERVING, new calls are refused, calls in progress get up
-  // to `grace` to finish (then they are cancelled), queued products run to
-  // completion, and the listeners close. Idempotent.
+  // to `grace` to finish, and the listeners close. Past the grace, every
+  // request still in flight is answered UNAVAILABLE (listed on stderr) and
+  // its product, if it has not run, is dropped. Idempotent.
   void Shutdown(absl::Duration grace);
 
   // The TCP ports actually bound, in `listen` order (0 for unix sockets).
@@ -98,6 +100,7 @@ class MatmulServer {
   const GemmBackend& backend() const { return *lanes_.front().backend; }
   const std::vector<DeviceLane>& lanes() const { return lanes_; }
   const RegionRegistry& regions() const { return *registry_; }
+  const InFlightRequests& in_flight() const { return in_flight_; }
   // Requests accepted and waiting for a worker, over all lanes.
   int queue_depth() const;
   // Requests whose product is running now, over all lanes.
@@ -110,6 +113,8 @@ class MatmulServer {
   void DeviceLost(const absl::Status& status);
 
   std::unique_ptr<ServerMetrics> metrics_;
+  // Outlives the lanes: products queued there end their entries.
+  InFlightRequests in_flight_;
   // Declared before the registry: regions the lanes' openers opened must
   // go first.
   std::vector<DeviceLane> lanes_;

@@ -24,12 +24,13 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 MatmulServiceImpl::MatmulServiceImpl(std::vector<DeviceLane>& lanes,
                                      ServerMetrics& metrics,
                                      RegionRegistry& registry,
+                                     InFlightRequests& in_flight,
                                      const MatmulServiceOptions& options)
     : lanes_(lanes),
       metrics_(metrics),
       registry_(registry),
       options_(options),
-      admission_(lanes, metrics, registry, options.admission) {
+      admission_(lanes, metrics, registry, in_flight, options.admission) {
   if (options.unary_api != UnaryApi::kSync) {
     // gRPC owns method handlers by raw pointer (as generated code does).
     MarkMethodRawCallback(
@@ -70,6 +71,7 @@ grpc::Status MatmulServiceImpl::Matmul(grpc::ServerContext* context,
                                        v1::MatmulResponse* response) {
   CallControl control = GrpcCallControl(context);
   control.may_run_on_caller = true;
+  control.origin = "unary call from " + control.origin;
   // This thread waits for the answer anyway: a small product runs on it
   // (done then runs before Submit returns), a larger one on a worker.
   absl::Notification answered;
@@ -111,6 +113,7 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::MatmulCallback(
   // to a worker rather than block on one, unless told otherwise.
   CallControl control = GrpcCallControl(context);
   control.may_run_on_caller = options_.unary_api == UnaryApi::kCallbackRunSmall;
+  control.origin = "unary call from " + control.origin;
   admission_.Submit(std::move(control), &raw->request, &raw->response,
                     [reactor, response_bytes,
                      call = std::move(call)](absl::Status status) mutable {

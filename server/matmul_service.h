@@ -15,6 +15,7 @@
 #include "kernels/gemm_backend.h"
 #include "matmul/v1/matmul.grpc.pb.h"
 #include "server/device_lane.h"
+#include "server/in_flight_requests.h"
 #include "server/metrics/metrics.h"
 #include "server/product_admission.h"
 #include "server/regions/region_opener.h"
@@ -68,10 +69,10 @@ struct MatmulServiceOptions {
 
 class MatmulServiceImpl final : public MatmulCallbackService {
  public:
-  // `lanes` (at least one), `metrics` and `registry` must outlive the
-  // service.
+  // `lanes` (at least one), `metrics`, `registry` and `in_flight` must
+  // outlive the service.
   MatmulServiceImpl(std::vector<DeviceLane>& lanes, ServerMetrics& metrics,
-                    RegionRegistry& registry,
+                    RegionRegistry& registry, InFlightRequests& in_flight,
                     const MatmulServiceOptions& options);
 
   // Where every transport's products go (the unary calls, the streams and

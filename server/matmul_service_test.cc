@@ -59,7 +59,7 @@ class MatmulServiceTest : public ::testing::Test {
     // Every product goes through the gated backend on the worker
     // (caller_thread_max_flops 0).
     service_ = std::make_unique<MatmulServiceImpl>(
-        lanes_, *metrics_, registry_,
+        lanes_, *metrics_, registry_, in_flight_,
         MatmulServiceOptions{.admission = {.max_in_flight_per_client = 1},
                              .max_concurrent_requests = 64,
                              .shm_prefix = "matmul-"});
@@ -93,6 +93,7 @@ class MatmulServiceTest : public ::testing::Test {
   std::mt19937_64 rng_;
   std::unique_ptr<ServerMetrics> metrics_;
   RegionRegistry registry_;
+  InFlightRequests in_flight_;
   std::vector<DeviceLane> lanes_;
   GatedBackend* backend_ = nullptr;
   std::unique_ptr<MatmulServiceImpl> service_;

@@ -16,11 +16,13 @@ MatmulStreamReactor::MatmulStreamReactor(ProductSubmitter& submitter,
 
 void MatmulStreamReactor::OnReadDone(bool ok) {
   if (!ok) {  // half-close, cancellation or a broken stream
+    std::optional<grpc::Status> finish;
     {
       absl::MutexLock lock(&mu_);
       reads_done_ = true;
+      finish = TakeFinish();
     }
-    MaybeFinish();
+    if (finish) Finish(*finish);
     return;
   }
   auto call = std::make_unique<Call>();
@@ -44,8 +46,10 @@ void MatmulStreamReactor::OnReadDone(bool ok) {
     return;
   }
   Call* raw = call.get();
+  CallControl control = GrpcCallControl(context_);
+  control.origin = "MatmulStream from " + control.origin;
   submitter_.Submit(
-      GrpcCallControl(context_), &raw->request, &raw->response,
+      std::move(control), &raw->request, &raw->response,
       [this, call = std::move(call)](absl::Status status) mutable {
         Answer(std::move(call), std::move(status));
       });
@@ -69,6 +73,7 @@ void MatmulStreamReactor::Write(const v1::MatmulResponse& response) {
       grpc::SerializationTraits<v1::MatmulResponse>::Serialize(response, &bytes,
                                                                &own_buffer);
   const grpc::ByteBuffer* to_write = nullptr;
+  std::optional<grpc::Status> finish;
   {
     absl::MutexLock lock(&mu_);
     --in_flight_;
@@ -81,16 +86,18 @@ void MatmulStreamReactor::Write(const v1::MatmulResponse& response) {
         to_write = &outbox_.front();
       }
     }
+    if (to_write == nullptr) finish = TakeFinish();
   }
   if (to_write != nullptr) {
     StartWrite(to_write);
-  } else {
-    MaybeFinish();
+  } else if (finish) {
+    Finish(*finish);
   }
 }
 
 void MatmulStreamReactor::OnWriteDone(bool ok) {
   const grpc::ByteBuffer* to_write = nullptr;
+  std::optional<grpc::Status> finish;
   {
     absl::MutexLock lock(&mu_);
     outbox_.pop_front();
@@ -102,27 +109,26 @@ void MatmulStreamReactor::OnWriteDone(bool ok) {
       to_write = &outbox_.front();
     } else {
       writing_ = false;
+      finish = TakeFinish();
     }
   }
   if (to_write != nullptr) {
     StartWrite(to_write);
-  } else {
-    MaybeFinish();
+  } else if (finish) {
+    Finish(*finish);
   }
 }
 
-void MatmulStreamReactor::MaybeFinish() {
-  grpc::Status status;
-  {
-    absl::MutexLock lock(&mu_);
-    if (finished_ || !reads_done_ || in_flight_ > 0 || writing_) return;
-    finished_ = true;
-    if (write_failed_) {
-      status = grpc::Status(grpc::StatusCode::CANCELLED,
-                            "the client stopped reading responses");
-    }
+std::optional<grpc::Status> MatmulStreamReactor::TakeFinish() {
+  if (finished_ || !reads_done_ || in_flight_ > 0 || writing_) {
+    return std::nullopt;
   }
-  Finish(status);
+  finished_ = true;
+  if (write_failed_) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the client stopped reading responses");
+  }
+  return grpc::Status::OK;
 }
 
 void MatmulStreamReactor::OnDone() {

@@ -16,6 +16,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -46,8 +47,12 @@ class MatmulStreamReactor final
   void Answer(std::unique_ptr<Call> call, absl::Status status);
   // Queues `response` for writing (or drops it once writes have failed).
   void Write(const v1::MatmulResponse& response);
-  // Finishes the RPC when nothing is left to read, run or write.
-  void MaybeFinish();
+  // The status to finish the RPC with, once, when nothing is left to read,
+  // run or write. Decided under mu_ by the thread that made it so, which
+  // then calls Finish as its last touch of the reactor: OnDone (delete
+  // this) may run as soon as Finish is called, so a thread that unlocked
+  // first and looked again could find the reactor freed.
+  std::optional<grpc::Status> TakeFinish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ProductSubmitter& submitter_;
   grpc::CallbackServerContext* const context_;

@@ -14,6 +14,7 @@
 #include "matmul/v1/matmul.pb.h"
 #include "server/bound_operands.h"
 #include "server/executor.h"
+#include "server/in_flight_requests.h"
 #include "server/request_validation.h"
 #include "server/transport/product_submitter.h"
 
@@ -28,6 +29,10 @@ struct PendingProduct {
   absl::Time accepted;  // when the server took the request
   // Answers the call; run exactly once, with the final status.
   absl::AnyInvocable<void(absl::Status) &&> finish;
+  // The request in the daemon's table of those in flight (null in tests
+  // that make products by hand): its stage, and the claim a worker takes
+  // before writing the response (a drain may have answered it already).
+  std::shared_ptr<InFlightRequest> in_flight;
 };
 
 // The daemon's executor: pending products, batched by BatchKey and where

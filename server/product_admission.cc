@@ -33,10 +33,12 @@ BatchPlacement PlaceInBatches(const BoundOperands& operands,
 ProductAdmission::ProductAdmission(std::vector<DeviceLane>& lanes,
                                    ServerMetrics& metrics,
                                    RegionRegistry& registry,
+                                   InFlightRequests& in_flight,
                                    const AdmissionOptions& options)
     : lanes_(lanes),
       metrics_(metrics),
       registry_(registry),
+      in_flight_(in_flight),
       options_(options),
       client_quota_(options.max_in_flight_per_client) {}
 
@@ -145,9 +147,14 @@ void ProductAdmission::Submit(CallControl control,
   const bool may_run_here =
       control.may_run_on_caller &&
       product->operands->problem().flops() <= options_.caller_thread_max_flops;
+  product->in_flight =
+      in_flight_.Add(control.origin, *shape, accepted, std::move(finish));
+  if (product->in_flight == nullptr) return;  // answered: the daemon stops
+  product->finish = [in_flight = product->in_flight](absl::Status status) {
+    in_flight->Answer(std::move(status));
+  };
   product->control = std::move(control);
   product->accepted = accepted;
-  product->finish = std::move(finish);
   const bool stream_ordered = product->operands->stream_ordered();
   if (stream_ordered) {
     product->operands->SetStreamOrderGiveUp(
@@ -161,6 +168,11 @@ void ProductAdmission::Submit(CallControl control,
             return absl::CancelledError(
                 "the client went away while its product waited for its "
                 "CUDA stream");
+          }
+          if (product->in_flight->claimed()) {
+            return absl::UnavailableError(
+                "the daemon stopped waiting for the client's CUDA stream: "
+                "it is shutting down");
           }
           return absl::OkStatus();
         });

@@ -17,6 +17,7 @@
 #include "server/bound_operands.h"
 #include "server/client_quota.h"
 #include "server/device_lane.h"
+#include "server/in_flight_requests.h"
 #include "server/metrics/metrics.h"
 #include "server/regions/region_registry.h"
 #include "server/request_validation.h"
@@ -53,8 +54,10 @@ struct AdmissionOptions {
 class ProductAdmission final : public ProductSubmitter {
  public:
   // `lanes` (at least one), `metrics` and `registry` must outlive it.
+  // `in_flight` too; every request queued is added to it.
   ProductAdmission(std::vector<DeviceLane>& lanes, ServerMetrics& metrics,
-                   RegionRegistry& registry, const AdmissionOptions& options);
+                   RegionRegistry& registry, InFlightRequests& in_flight,
+                   const AdmissionOptions& options);
 
   void Submit(CallControl control, const v1::MatmulRequest* request,
               v1::MatmulResponse* response,
@@ -73,6 +76,7 @@ class ProductAdmission final : public ProductSubmitter {
   std::vector<DeviceLane>& lanes_;
   ServerMetrics& metrics_;
   RegionRegistry& registry_;
+  InFlightRequests& in_flight_;
   const AdmissionOptions options_;
   ClientQuota client_quota_;
 };

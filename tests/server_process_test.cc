@@ -7,13 +7,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <future>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/client.h"
 #include "client/request_builder.h"
+#include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -124,6 +128,68 @@ TEST(ServerProcessTest, HealthCliCheckAndGracefulStop) {
   const int status = server.Wait();
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A drain ends with its grace: products still queued then are answered
+// UNAVAILABLE, saying why, and the daemon exits 0 soon after, however much
+// work it had queued.
+TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
+  const std::string socket = FreshSocketPath();
+  const std::string target = "unix:" + socket;
+  // One worker on one core, one product per launch: the products sent
+  // below take many seconds.
+  ChildProcess server(
+      {MATMUL_SERVER_PATH, "--backend=cpu", "--listen=" + target,
+       "--metrics_listen=", "--worker_threads=1", "--cpu_threads=1",
+       "--max_batch_size=1", "--shutdown_grace=1s"});
+  ASSERT_TRUE(server.started());
+  ClientOptions options;
+  options.wait_for_ready = true;
+  auto client = Client::Create(target, options);
+  ASSERT_TRUE(client.ok());
+  std::mt19937_64 rng(std::random_device{}());
+  constexpr int kProducts = 16;
+  constexpr int64_t kDim = 2048;
+  std::vector<v1::MatmulRequest> requests;
+  for (int i = 0; i < kProducts; ++i) {
+    auto request = MakeRandomRequest({.m = kDim, .n = kDim, .k = kDim}, rng);
+    ASSERT_TRUE(request.ok());
+    request->set_request_id(i);
+    requests.push_back(*std::move(request));
+  }
+  std::vector<std::future<absl::StatusOr<v1::MatmulResponse>>> in_flight;
+  for (const v1::MatmulRequest& request : requests) {
+    in_flight.push_back((*client)->MatmulFuture(request, absl::Seconds(120)));
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  const absl::Time signalled = absl::Now();
+  server.Signal(SIGTERM);
+  const int status = server.Wait();
+  const absl::Duration exit_time = absl::Now() - signalled;
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // The grace, a product already running (the daemon waits at most 3 s
+  // more for it) and the exit itself.
+  EXPECT_LT(exit_time, absl::Seconds(5)) << exit_time;
+
+  int answered = 0, given_up = 0;
+  for (auto& future : in_flight) {
+    absl::StatusOr<v1::MatmulResponse> response = future.get();
+    if (response.ok()) {
+      ++answered;
+      // (Results are checked elsewhere; an FP64 reference of this size
+      // takes longer than the whole drain.)
+      EXPECT_EQ(response->c().inline_data().size(), kDim * kDim * 2);
+      continue;
+    }
+    ++given_up;
+    EXPECT_EQ(response.status().code(), absl::StatusCode::kUnavailable)
+        << response.status();
+    EXPECT_THAT(response.status().message(),
+                ::testing::HasSubstr("shutdown grace (1s) ran out"));
+  }
+  EXPECT_GT(given_up, 0) << answered << " answered";
+  EXPECT_EQ(answered + given_up, kProducts);
 }
 
 TEST(ServerProcessTest, BadFlagsAndBusyAddressesFailClearly) {

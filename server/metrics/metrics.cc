@@ -145,9 +145,10 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Create(
       .Set(1);
   if (!listen.empty()) {
     ServerMetrics* raw = metrics.get();
-    ASSIGN_OR_RETURN(
-        metrics->http_server_,
-        MetricsHttpServer::Create(listen, [raw] { return raw->Scrape(); }));
+    ASSIGN_OR_RETURN(metrics->http_server_,
+                     MetricsHttpServer::Create(
+                         listen, [raw] { return raw->Scrape(); }, {},
+                         [raw] { return raw->RenderRequestsInFlight(); }));
   }
   return metrics;
 }
@@ -420,9 +421,22 @@ void ServerMetrics::SetRegionSource(std::function<RegionGauges()> source) {
   region_source_ = std::move(source);
 }
 
+void ServerMetrics::SetRequestsInFlightSource(
+    std::function<std::string()> source) {
+  absl::MutexLock lock(&source_mu_);
+  requests_in_flight_source_ = std::move(source);
+}
+
+std::string ServerMetrics::RenderRequestsInFlight() const {
+  absl::MutexLock lock(&source_mu_);
+  if (!requests_in_flight_source_) return "this daemon traces no requests\n";
+  return requests_in_flight_source_();
+}
+
 void ServerMetrics::ClearSources() {
   absl::MutexLock lock(&source_mu_);
   queue_depth_source_ = nullptr;
+  requests_in_flight_source_ = nullptr;
   region_source_ = nullptr;
   for (DeviceSource& source : device_sources_) source.gauges = nullptr;
 }

@@ -127,6 +127,10 @@ class ServerMetrics {
   // Where matmul_sessions, matmul_regions and matmul_region_bytes are read
   // from, at each scrape.
   void SetRegionSource(std::function<RegionGauges()> source);
+  // What GET /debug/requests shows: the requests in flight, one per line
+  // (InFlightRequests::Render).
+  void SetRequestsInFlightSource(std::function<std::string()> source);
+  std::string RenderRequestsInFlight() const;
   // Drops every source (the devices' included): called before what they
   // read goes away, as the endpoint may scrape until this object is gone.
   void ClearSources();
@@ -216,6 +220,8 @@ class ServerMetrics {
   // source never stalls the hot path).
   mutable absl::Mutex source_mu_;
   std::function<int()> queue_depth_source_ ABSL_GUARDED_BY(source_mu_);
+  std::function<std::string()> requests_in_flight_source_
+      ABSL_GUARDED_BY(source_mu_);
   std::function<RegionGauges()> region_source_ ABSL_GUARDED_BY(source_mu_);
   struct DeviceSource {
     prometheus::Gauge* memory_used;

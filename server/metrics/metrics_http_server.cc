@@ -61,7 +61,8 @@ struct MetricsHttpServer::Connection {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(
     const std::string& address, std::function<std::string()> render,
-    const MetricsHttpOptions& options) {
+    const MetricsHttpOptions& options,
+    std::function<std::string()> render_requests) {
   if (options.max_connections < 1 || options.max_request_bytes < 64 ||
       options.request_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -120,16 +121,20 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(
     return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
   }
   return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(
-      std::move(fd), std::move(wake), bound_port, std::move(render), options));
+      std::move(fd), std::move(wake), bound_port, std::move(render),
+      std::move(render_requests), options));
 }
 
-MetricsHttpServer::MetricsHttpServer(UniqueFd listener, UniqueFd wake, int port,
-                                     std::function<std::string()> render,
-                                     const MetricsHttpOptions& options)
+MetricsHttpServer::MetricsHttpServer(
+    UniqueFd listener, UniqueFd wake, int port,
+    std::function<std::string()> render,
+    std::function<std::string()> render_requests,
+    const MetricsHttpOptions& options)
     : listener_(std::move(listener)),
       wake_(std::move(wake)),
       port_(port),
       render_(std::move(render)),
+      render_requests_(std::move(render_requests)),
       options_(options) {
   thread_ = std::thread([this] { ServeLoop(); });
 }
@@ -260,7 +265,9 @@ std::string MetricsHttpServer::Answer(const std::string& head) {
         "400 Bad Request",
         absl::StrCat("bad request: ", request.status().message()));
   }
-  if (request->path != "/metrics") {
+  const bool requests_page =
+      render_requests_ != nullptr && request->path == "/debug/requests";
+  if (request->path != "/metrics" && !requests_page) {
     return PlainResponse("404 Not Found", "not found; metrics are at /metrics");
   }
   if (request->method != "GET") {
@@ -268,6 +275,9 @@ std::string MetricsHttpServer::Answer(const std::string& head) {
         "405 Method Not Allowed",
         absl::StrCat("method ", request->method, " not allowed; use GET"),
         "Allow: GET\r\n");
+  }
+  if (requests_page) {
+    return Response("200 OK", "text/plain; charset=utf-8", render_requests_());
   }
   return Response("200 OK", "text/plain; version=0.0.4; charset=utf-8",
                   render_());

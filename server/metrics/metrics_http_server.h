@@ -7,7 +7,8 @@
 //     connection being accepted (not per byte), or the connection is
 //     closed; the answer must be taken within the same time again;
 //   * a head over `max_request_bytes` gets 431, a malformed one 400, a
-//     method other than GET 405, a path other than /metrics 404;
+//     method other than GET 405, a path other than /metrics (or
+//     /debug/requests, where served) 404;
 //   * past `max_connections` open connections, new ones get a 503 (when
 //     the socket takes it at once) and are closed at once.
 //
@@ -40,10 +41,12 @@ struct MetricsHttpOptions {
 class MetricsHttpServer {
  public:
   // Listens on `address` ("host:port"; port 0 picks one) and answers every
-  // GET /metrics with `render()` (called on the server's thread).
+  // GET /metrics with `render()`, and GET /debug/requests with
+  // `render_requests()` where given (both called on the server's thread).
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Create(
       const std::string& address, std::function<std::string()> render,
-      const MetricsHttpOptions& options = {});
+      const MetricsHttpOptions& options = {},
+      std::function<std::string()> render_requests = nullptr);
   ~MetricsHttpServer();  // stops the thread, closes every socket
 
   MetricsHttpServer(const MetricsHttpServer&) = delete;
@@ -56,6 +59,7 @@ class MetricsHttpServer {
 
   MetricsHttpServer(UniqueFd listener, UniqueFd wake, int port,
                     std::function<std::string()> render,
+                    std::function<std::string()> render_requests,
                     const MetricsHttpOptions& options);
   void ServeLoop();
   // Takes every pending connection (or refuses it when at the cap).
@@ -72,6 +76,7 @@ class MetricsHttpServer {
   const UniqueFd wake_;  // an eventfd: the destructor's nudge to the loop
   const int port_;
   const std::function<std::string()> render_;
+  const std::function<std::string()> render_requests_;
   const MetricsHttpOptions options_;
   std::atomic<bool> stopping_{false};
   std::thread thread_;

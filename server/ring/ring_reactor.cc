@@ -1,5 +1,6 @@
 #include "server/ring/ring_reactor.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "server/transport/peer_identity.h"
 
@@ -99,6 +100,8 @@ void RingReactor::Dispatch(uint32_t slot) {
   control.cancelled = [ring = ring_.get()] { return ring->client_gone(); };
   control.caller = owner_;
   control.client_key = ClientKey(owner_);
+  control.origin = absl::StrCat("ring slot ", slot, " of session ", session_id_,
+                                " (pid ", owner_.pid, ")");
   RingCall* raw = call.get();
   submitter_.Submit(
       std::move(control), raw->request, raw->response,

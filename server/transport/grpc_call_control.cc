@@ -23,6 +23,7 @@ CallControl GrpcCallControl(grpc::ServerContextBase* context) {
                       : absl::FromChrono(deadline) - kGrpcDeadlineSlack,
       .cancelled = [context] { return context->IsCancelled(); }};
   const std::string peer = context->peer();
+  control.origin = peer;
   if (absl::StatusOr<LocalPeer> local = LocalPeerOf(peer); local.ok()) {
     control.caller = local->credentials;
     control.client_key = ClientKey(local->credentials);

@@ -37,6 +37,9 @@ struct CallControl {
   // other calls or feeds further requests (the callback API unless told
   // otherwise, streams, rings), which a product holding it would stall.
   bool may_run_on_caller = false;
+  // Which transport brought the request and from where ("unary call from
+  // unix:...", "ring slot 3 of session ..."): what /debug/requests shows.
+  std::string origin;
 };
 
 class ProductSubmitter {

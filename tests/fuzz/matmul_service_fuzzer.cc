@@ -46,7 +46,7 @@ class Service {
     limits_.max_tensor_bytes = 1 << 16;
     limits_.max_message_bytes = 1 << 16;
     service_ = std::make_unique<MatmulServiceImpl>(
-        lanes_, *metrics_, registry_,
+        lanes_, *metrics_, registry_, in_flight_,
         MatmulServiceOptions{.admission = {.limits = limits_},
                              .max_concurrent_requests = 16,
                              .shm_prefix = "matmul-fuzz"});
@@ -57,6 +57,7 @@ class Service {
 
  private:
   std::unique_ptr<ServerMetrics> metrics_;
+  InFlightRequests in_flight_;
   std::vector<DeviceLane> lanes_;
   RegionRegistry registry_;
   ValidationLimits limits_;

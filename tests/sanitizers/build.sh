@@ -38,7 +38,7 @@ cmake -S . -B "$build_dir" -G Ninja \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CUDA_HOST_COMPILER=g++ -DCMAKE_CUDA_ARCHITECTURES=90a \
   -DCMAKE_GTEST_DISCOVER_TESTS_DISCOVERY_MODE=PRE_TEST \
-  -DMATMUL_OWN_KERNELS=OFF "${flags[@]}" "${launcher[@]}" >/dev/null
+  -DMATMUL_OWN_KERNELS=OFF -DMATMUL_ALLOCATOR=glibc "${flags[@]}" "${launcher[@]}" >/dev/null
 if (($#)); then
   cmake --build "$build_dir" -j"$(nproc)" --target "$@"
 fi

@@ -1,6 +1,8 @@
 #include "kernels/cuda/cuda_backend.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
@@ -403,6 +405,94 @@ TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
     EXPECT_EQ(info->kernel.rfind("mma_", 0), 0u) << info->kernel;
     EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2) << info->kernel;
     EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host)) << info->kernel;
+  }
+}
+
+// Operands at every element-aligned address the daemon admits (BoundOperands
+// refuses the rest): 2, 4 and 8 bytes past a 256-byte boundary, on the
+// device and from the host, with cuBLASLt alone, the own kernels alone and
+// both. Each family either runs them right or declines them for another.
+TEST(CudaBackendAlignment, ElementAlignedOperandsGiveRightAnswers) {
+  MATMUL_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(std::random_device{}());
+  struct Families {
+    const char* name;
+    bool own, cublaslt;
+  };
+  for (Families families :
+       {Families{"both", true, true}, Families{"cublaslt", false, true},
+        Families{"own", true, false}}) {
+    CudaBackendOptions options;
+    options.background_tuning = false;
+    options.use_own_kernels = families.own;
+    options.use_cublaslt = families.cublaslt;
+    auto backend = CudaBackend::Create(options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    for (int64_t offset : {2, 4, 8}) {
+      for (DType c_dtype : {DType::kBF16, DType::kFP32}) {
+        ProblemSpec spec;
+        spec.m = 192 + static_cast<int64_t>(rng() % 64);
+        spec.n = 256;
+        spec.k = 320;
+        spec.b = OperandLayout::kColMajor;
+        spec.c_dtype = c_dtype;
+        const int64_t c_offset =
+            c_dtype == DType::kFP32 ? std::max<int64_t>(offset, 4) : offset;
+        SCOPED_TRACE(
+            absl::StrCat(families.name, " offset ", offset, " ", spec.Name()));
+        auto host = MakeHostProblem(spec, rng);
+        // Device copies `offset` bytes into buffers cudaMalloc aligned.
+        auto a = DeviceBuffer::Create(host.a.size() * 2 + 64);
+        auto b = DeviceBuffer::Create(host.b.size() * 2 + 64);
+        auto c = DeviceBuffer::Create(host.c.size() + 64);
+        ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+        char* a_at = static_cast<char*>(a->data()) + offset;
+        char* b_at = static_cast<char*>(b->data()) + offset;
+        char* c_at = static_cast<char*>(c->data()) + c_offset;
+        ASSERT_EQ(cudaMemcpy(a_at, host.a.data(), host.a.size() * 2,
+                             cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(b_at, host.b.data(), host.b.size() * 2,
+                             cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(c_at, host.c.data(), host.c.size(),
+                             cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        GemmProblem on_device = host.problem;
+        on_device.a.data = a_at;
+        on_device.b.data = b_at;
+        on_device.c.data = c_at;
+        auto info = (*backend)->RunDevice(on_device);
+        ASSERT_TRUE(info.ok()) << info.status();
+        ASSERT_EQ(cudaMemcpy(host.c.data(), c_at, host.c.size(),
+                             cudaMemcpyDeviceToHost),
+                  cudaSuccess);
+        EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2)
+            << info->kernel;
+        EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(host))
+            << info->kernel;
+
+        // The same operands from host memory at the same offsets.
+        auto from_host = MakeHostProblem(spec, rng);
+        std::vector<char> a_bytes(from_host.a.size() * 2 + 16);
+        std::vector<char> b_bytes(from_host.b.size() * 2 + 16);
+        const auto aligned = [](std::vector<char>& bytes, int64_t at) {
+          const uintptr_t base = reinterpret_cast<uintptr_t>(bytes.data());
+          return bytes.data() + ((16 - base % 16) % 16) + at;
+        };
+        char* ha = aligned(a_bytes, offset % 16);
+        char* hb = aligned(b_bytes, offset % 16);
+        std::memcpy(ha, from_host.a.data(), from_host.a.size() * 2);
+        std::memcpy(hb, from_host.b.data(), from_host.b.size() * 2);
+        GemmProblem staged = from_host.problem;
+        staged.a.data = ha;
+        staged.b.data = hb;
+        info = (*backend)->RunHost(staged);
+        ASSERT_TRUE(info.ok()) << info.status();
+        EXPECT_LT(::matmul::cuda::testing::CheckError(from_host), 1e-2)
+            << info->kernel;
+      }
+    }
   }
 }
 
