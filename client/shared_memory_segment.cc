@@ -2,32 +2,18 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "absl/memory/memory.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "client/segment_names.h"
 #include "common/unique_fd.h"
 
 namespace matmul {
 namespace {
-
-// 8 random bytes as 16 hex digits: names are unpredictable, so another
-// process cannot create one first to have us write into its object (and
-// O_EXCL would refuse it anyway).
-std::string RandomHex() {
-  char bytes[8];
-  size_t filled = 0;
-  while (filled < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
-    if (n > 0) filled += static_cast<size_t>(n);
-  }
-  return absl::BytesToHexString(absl::string_view(bytes, sizeof(bytes)));
-}
 
 bool PlainName(absl::string_view text) {
   for (char ch : text) {
@@ -53,12 +39,15 @@ SharedMemorySegment::Create(int64_t size_bytes, absl::string_view prefix) {
         absl::StrCat("shm prefix '", prefix,
                      "' must be non-empty and hold only [A-Za-z0-9._-]"));
   }
+  // Best effort: a /dev/shm this process cannot read keeps its leftovers,
+  // and the segment is made all the same.
+  ReapOrphanedSegmentsOnce(prefix).IgnoreError();
   std::string name;
   int fd = -1;
   // A collision of 64 random bits is only conceivable, but retrying costs
   // nothing.
   for (int attempt = 0; attempt < 4 && fd < 0; ++attempt) {
-    name = absl::StrCat(prefix, "-", getpid(), "-", RandomHex());
+    name = NewSegmentName(prefix);
     fd = shm_open(("/" + name).c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC,
                   0600);
     if (fd < 0 && errno != EEXIST) break;

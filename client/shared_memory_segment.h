@@ -10,6 +10,11 @@
 // that starts with the daemon's --shm_prefix, so it never reuses (or lets
 // anyone hand us) an existing object. It is mode 0600: only the same user
 // (the daemon runs as it, or as root) can open it.
+//
+// The name carries this process's pid and pid namespace
+// (client/segment_names.h): the first segment of a prefix that a process
+// creates removes the names of that prefix that dead clients of this user
+// left behind, killed before they could unlink them.
 #ifndef MATMUL_CLIENT_SHARED_MEMORY_SEGMENT_H_
 #define MATMUL_CLIENT_SHARED_MEMORY_SEGMENT_H_
 
@@ -26,7 +31,9 @@ namespace matmul {
 class SharedMemorySegment {
  public:
   // Creates, sizes (ftruncate, so it reads as zeros) and maps `size_bytes`
-  // bytes. The name is `prefix` + "-<pid>-<16 random hex digits>".
+  // bytes. The name is `prefix` + "-<pid>-<pid namespace>-<16 random hex
+  // digits>"; the first call for a prefix in this process first reaps that
+  // prefix's orphaned names (ReapOrphanedSegmentsOnce, best effort).
   // INVALID_ARGUMENT for a size < 1 or a prefix the daemon would refuse
   // (characters other than [A-Za-z0-9._-]); the errno text otherwise.
   static absl::StatusOr<std::unique_ptr<SharedMemorySegment>> Create(

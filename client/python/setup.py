@@ -41,6 +41,7 @@ CLIENT_SOURCES = [
     "client/channel_credentials.cc",
     "client/client.cc",
     "client/request_ring.cc",
+    "client/segment_names.cc",
     "client/session.cc",
     "client/shared_memory_segment.cc",
     "common/request_ring_layout.cc",

@@ -79,9 +79,10 @@ std::optional<double> SumOfFamily(absl::string_view scrape,
 // Names (without "/dev/shm/") of the shm objects that start with `prefix`.
 std::vector<std::string> ShmEntries(absl::string_view prefix);
 
-// The pid a client named a segment after: "<prefix>-<pid>-<hex>" (the C++
-// client) or "<prefix>-py<pid>-..." (the Python client). Absent for other
-// names.
+// The pid a client named a segment after: "<prefix>-<pid>-<pid namespace>-
+// <hex>" (the C++ client, client/segment_names.h), "<prefix>-<pid>-<hex>"
+// (the C++ client before it named the namespace) or "<prefix>-py<pid>-..."
+// (the Python client). Absent for other names.
 std::optional<int> SegmentOwnerPid(absl::string_view name,
                                    absl::string_view prefix);
 

@@ -25,6 +25,8 @@ TEST(SumOfFamilyTest, SumsEveryLabelSetOfTheFamilyOnly) {
 }
 
 TEST(SegmentOwnerPidTest, ReadsCxxAndPythonNames) {
+  EXPECT_EQ(SegmentOwnerPid("soak-1234-4026531836-00ff00ff00ff00ff", "soak"),
+            1234);
   EXPECT_EQ(SegmentOwnerPid("soak-1234-00ff00ff00ff00ff", "soak"), 1234);
   EXPECT_EQ(SegmentOwnerPid("soak-py77-3-abcdef", "soak"), 77);
   EXPECT_FALSE(SegmentOwnerPid("soak-x12-ab", "soak").has_value());
