@@ -169,10 +169,10 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   // The grace, a product already running (the daemon waits at most 3 s
-  // more for it) and the exit itself.
-  EXPECT_LT(exit_time, absl::Seconds(5)) << exit_time;
+  // more for it) and the exit itself, with room for a loaded machine.
+  EXPECT_LT(exit_time, absl::Seconds(8)) << exit_time;
 
-  int answered = 0, given_up = 0;
+  int answered = 0, given_up = 0, cancelled = 0;
   for (auto& future : in_flight) {
     absl::StatusOr<v1::MatmulResponse> response = future.get();
     if (response.ok()) {
@@ -182,6 +182,12 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
       EXPECT_EQ(response->c().inline_data().size(), kDim * kDim * 2);
       continue;
     }
+    // A call still arriving when gRPC's own shutdown deadline (a second
+    // after the grace) passed was never admitted: gRPC cancels it.
+    if (response.status().code() == absl::StatusCode::kCancelled) {
+      ++cancelled;
+      continue;
+    }
     ++given_up;
     EXPECT_EQ(response.status().code(), absl::StatusCode::kUnavailable)
         << response.status();
@@ -189,7 +195,7 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
                 ::testing::HasSubstr("shutdown grace (1s) ran out"));
   }
   EXPECT_GT(given_up, 0) << answered << " answered";
-  EXPECT_EQ(answered + given_up, kProducts);
+  EXPECT_EQ(answered + given_up + cancelled, kProducts);
 }
 
 TEST(ServerProcessTest, BadFlagsAndBusyAddressesFailClearly) {
