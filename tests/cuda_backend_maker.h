@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/backend/cuda_backend.h"
 
 namespace matmul {
 

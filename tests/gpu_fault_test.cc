@@ -15,8 +15,8 @@
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda/cuda_backend.h"
-#include "kernels/cuda/tests/gpu_test_util.h"
+#include "kernels/cuda/backend/cuda_backend.h"
+#include "kernels/cuda/testing/gpu_test_util.h"
 #include "tests/cuda_backend_maker.h"
 #include "tests/test_daemon.h"
 

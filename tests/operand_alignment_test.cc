@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/test_daemon.h"
 #ifdef MATMUL_HAS_CUDA
-#include "kernels/cuda/tests/gpu_test_util.h"
+#include "kernels/cuda/testing/gpu_test_util.h"
 #include "tests/cuda_backend_maker.h"
 #endif
 

@@ -24,7 +24,7 @@
 #include "client/stream_ordered_calls.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cuda/tests/gpu_test_util.h"
+#include "kernels/cuda/testing/gpu_test_util.h"
 #include "tests/cuda_backend_maker.h"
 #include "tests/test_daemon.h"
 

@@ -15,7 +15,11 @@ are skipped) and checks:
       (a module is a header with its sources: server/ring/attached_ring.h and
       attached_ring.cc are server/ring/attached_ring; a cycle is, say, a.cc
       including b.h while b.h includes a.h: include guards hide it from the
-      compiler, not from a reader).
+      compiler, not from a reader);
+  (g) a file under an internal/ folder is included only from the folder
+      that holds internal/ and below it (kernels/cuda/backend/internal/x.h
+      from kernels/cuda/backend/...): the rest of a room's files are its
+      own, as abseil's internal/ are.
 
 Only includes that name a file of the tree (paths are relative to the root,
 as the build's include directory is) count; generated headers such as
@@ -42,7 +46,7 @@ SERVER_KERNEL_API = frozenset({
     "kernels/gemm_batch.h",
     "kernels/device_lost.h",
     "kernels/cpu/cpu_backend.h",
-    "kernels/cuda/cuda_backend.h",
+    "kernels/cuda/backend/cuda_backend.h",
 })
 
 # (folder whose files include, top folders they may not include from)
@@ -92,8 +96,17 @@ def includes(root, files):
     return result
 
 
+def internal_owner(path):
+    """The folder whose internal/ holds `path` (the innermost), or None."""
+    parts = path.split("/")[:-1]
+    for i in range(len(parts) - 1, -1, -1):
+        if parts[i] == "internal":
+            return "/".join(parts[:i])
+    return None
+
+
 def rule_breaches(edges):
-    """Messages for includes that break rules (a) to (d)."""
+    """Messages for includes that break rules (a) to (d) and (g)."""
     breaches = []
     for path, number, target in edges:
         source_top, target_top = top_folder(path), top_folder(target)
@@ -105,6 +118,11 @@ def rule_breaches(edges):
                 target not in SERVER_KERNEL_API):
             breaches.append(f"{path}:{number}: server/ may include from "
                             f"kernels/ only its public headers, not {target}")
+        owner = internal_owner(target)
+        if owner is not None and not (path.startswith(owner + "/") or
+                                      (owner == "" and "/" not in path)):
+            breaches.append(f"{path}:{number}: {target} is internal to "
+                            f"{owner}/; include its public headers instead")
     return breaches
 
 

@@ -32,8 +32,10 @@ GOOD_TREE = {
     "common/gemm/g.h": ["common/a.h"],
     "kernels/gemm_backend.h": ["common/gemm/g.h"],
     "kernels/cuda/private.h": ["kernels/gemm_backend.h"],
-    "kernels/cuda/cuda_backend.h": ["kernels/cuda/private.h"],
-    "server/s.cc": ["kernels/cuda/cuda_backend.h", "server/ring/r.h",
+    "kernels/cuda/backend/internal/slots.h": ["kernels/cuda/private.h"],
+    "kernels/cuda/backend/cuda_backend.h": [
+        "kernels/cuda/private.h", "kernels/cuda/backend/internal/slots.h"],
+    "server/s.cc": ["kernels/cuda/backend/cuda_backend.h", "server/ring/r.h",
                     "matmul/v1/matmul.pb.h"],
     "server/ring/r.h": ["server/transport/t.h"],
     "server/transport/t.h": ["common/a.h"],
@@ -79,6 +81,17 @@ class CheckIncludesTest(unittest.TestCase):
         self.assert_breach({"kernels/cuda/private.h": ["client/c.cc"]},
                            "kernels/ may not include client/")
 
+    def test_internal_files_are_their_rooms_own(self):
+        self.assert_breach(
+            {"kernels/cuda/private.h": [
+                "kernels/gemm_backend.h",
+                "kernels/cuda/backend/internal/slots.h"]},
+            "kernels/cuda/backend/internal/slots.h is internal to "
+            "kernels/cuda/backend/")
+        self.assert_breach(
+            {"tests/t.cc": ["kernels/cuda/backend/internal/slots.h"]},
+            "is internal to kernels/cuda/backend/")
+
     def test_common_may_not_include_kernels(self):
         self.assert_breach({"common/gemm/g.h": ["kernels/gemm_backend.h"]},
                            "common/ may not include kernels/")
@@ -109,7 +122,7 @@ class CheckIncludesTest(unittest.TestCase):
         self.assertEqual(code, 0)
         rows = {tuple(line.split()) for line in out.splitlines()}
         self.assertIn(("tests", "server", "1"), rows)
-        self.assertIn(("server", "kernels/cuda", "1"), rows)
+        self.assertIn(("server", "kernels/cuda/backend", "1"), rows)
         # Generated and system headers are not part of the graph.
         self.assertFalse(any("matmul/v1" in line for line in out.splitlines()))
 

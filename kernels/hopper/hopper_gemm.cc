@@ -261,6 +261,11 @@ size_t WorkspaceBytes(const GemmProblem& p, const Config& c, int device) {
   return plan.ok() ? plan->partial_bytes + plan->arrival_bytes : 0;
 }
 
+size_t MaxWorkspaceBytes(int multiprocessors) {
+  return static_cast<size_t>(multiprocessors) *
+         (sizeof(float) * internal::kTileElements + sizeof(int));
+}
+
 absl::Status Run(const GemmProblem& p, const Config& c, int device,
                  cudaStream_t stream, void* workspace, size_t workspace_bytes) {
   if (auto s = CanImplement(p, c, device); !s.ok()) return s;

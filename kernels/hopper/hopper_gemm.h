@@ -69,6 +69,11 @@ absl::Status CanImplement(const GemmProblem& p, const Config& c, int device);
 // round's partial sums, or 0 when that round is not split.
 size_t WorkspaceBytes(const GemmProblem& p, const Config& c, int device);
 
+// The most WorkspaceBytes asks for any problem on a device of
+// `multiprocessors` SMs: a tile's FP32 sums and an arrival count for each
+// block of a full grid.
+size_t MaxWorkspaceBytes(int multiprocessors);
+
 // Enqueues the product on `stream` (current device, `device`). With less
 // workspace than WorkspaceBytes the last round runs unsplit. Asynchronous:
 // errors during execution surface at the next synchronisation.

@@ -1,6 +1,6 @@
 #include "server/backends/cuda_backend_factory.h"
 
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/backend/cuda_backend.h"
 
 namespace matmul {
 

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/gemm/shape_name.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/runtime/cuda_status.h"
 
 namespace matmul::stream_order_bench {
 namespace {

@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/gemm/gemm_problem.h"
-#include "kernels/cuda/cublaslt_gemm.h"
-#include "kernels/cuda/cuda_resources.h"
+#include "kernels/cuda/families/cublaslt_gemm.h"
+#include "kernels/cuda/runtime/cuda_resources.h"
 
 namespace matmul::stream_order_bench {
 

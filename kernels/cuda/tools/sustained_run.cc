@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "common/status_macros.h"
-#include "kernels/cuda/cuda_resources.h"
-#include "kernels/cuda/cuda_status.h"
-#include "kernels/cuda/device_ops.h"
+#include "kernels/cuda/runtime/cuda_resources.h"
+#include "kernels/cuda/runtime/cuda_status.h"
+#include "kernels/cuda/runtime/device_ops.h"
 
 namespace matmul::cuda {
 namespace {

@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/gemm/gemm_problem.h"
-#include "kernels/cuda/gemm_selector.h"
+#include "kernels/cuda/selector/gemm_selector.h"
 
 namespace matmul::cuda {
 

@@ -17,8 +17,8 @@
 #include "absl/time/clock.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/device_info.h"
-#include "kernels/cuda/gemm_selector.h"
+#include "kernels/cuda/runtime/device_info.h"
+#include "kernels/cuda/selector/gemm_selector.h"
 
 ABSL_FLAG(std::string, shapes, "",
           "Comma-separated shapes: [Bx]MxNxK[:LL], LL the operand layouts "

@@ -1,0 +1,414 @@
+#include "kernels/cuda/backend/cuda_backend.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/gemm/launch_order.h"
+#include "common/gemm/matrix_layout.h"
+#include "common/status_macros.h"
+#include "kernels/cuda/backend/internal/client_stream_order.h"
+#include "kernels/cuda/runtime/cuda_status.h"
+#include "kernels/cuda/runtime/device_ops.h"
+#include "kernels/cuda/backend/internal/staging.h"
+#include "kernels/gemm_batch.h"
+
+namespace matmul::cuda {
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    const CudaBackendOptions& options) {
+  if (options.streams < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("streams is ", options.streams, "; expected >= 1"));
+  }
+  if (!(options.serial_min_gflop_per_sm > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serial_min_gflop_per_sm is ",
+                     options.serial_min_gflop_per_sm, "; expected > 0"));
+  }
+  const int count = CudaDeviceCount();
+  if (count == 0) {
+    return absl::UnavailableError("no CUDA device or driver available");
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", options.device, " does not exist (", count,
+                     " present)"));
+  }
+  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options.device));
+  ASSIGN_OR_RETURN(DeviceInfo info, DescribeDevice(options.device));
+
+  SelectorOptions selector_options;
+  selector_options.device = options.device;
+  selector_options.cache_path = options.tuning_cache_path;
+  selector_options.background_tuning = options.background_tuning;
+  selector_options.max_shared_bytes = options.max_shared_bytes;
+  selector_options.use_own_kernels = options.use_own_kernels;
+  selector_options.use_cublaslt = options.use_cublaslt;
+  ASSIGN_OR_RETURN(std::unique_ptr<GemmSelector> selector,
+                   GemmSelector::Create(selector_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<StreamSlotPool> slots,
+                   StreamSlotPool::Create(options.device, options.streams,
+                                          selector->max_workspace_bytes()));
+  ScheduleOptions schedule_options;
+  schedule_options.multiprocessors = info.multiprocessors;
+  schedule_options.serial_min_gflop_per_sm = options.serial_min_gflop_per_sm;
+  schedule_options.test_only_inject_fault_after =
+      options.test_only_inject_fault_after;
+  ASSIGN_OR_RETURN(std::unique_ptr<ProductSchedule> schedule,
+                   ProductSchedule::Create(*selector, schedule_options));
+  auto backend = std::unique_ptr<CudaBackend>(
+      new CudaBackend(options, std::move(info), std::move(selector),
+                      std::move(slots), std::move(schedule)));
+  StreamSlotPool* pool = backend->slots_.get();
+  backend->selector_->SetTuningGuard([pool] { return pool->HoldAll(); });
+  if (options.test_only_memory_headroom_bytes > 0) {
+    size_t free_bytes = 0;
+    size_t total_bytes = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes),
+                               "cudaMemGetInfo"));
+    const auto headroom =
+        static_cast<size_t>(options.test_only_memory_headroom_bytes);
+    if (free_bytes > headroom) {
+      RETURN_IF_ERROR(
+          backend->test_only_ballast_.Reserve(free_bytes - headroom));
+    }
+  }
+  return backend;
+}
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
+                         std::unique_ptr<GemmSelector> selector,
+                         std::unique_ptr<StreamSlotPool> slots,
+                         std::unique_ptr<ProductSchedule> schedule)
+    : options_(options),
+      info_(std::move(info)),
+      selector_(std::move(selector)),
+      slots_(std::move(slots)),
+      schedule_(std::move(schedule)),
+      driver_api_(LoadCudaDriverApi()) {}
+
+CudaBackend::~CudaBackend() {
+  // Stop background tuning (whose guard holds the slots) before the slots,
+  // buffers and streams go away.
+  selector_.reset();
+}
+
+bool CudaBackend::FillsDevice(const GemmProblem& p) const {
+  return p.batch * p.m * p.n >=
+         int64_t{128} * 128 * std::max(1, info_.multiprocessors);
+}
+
+int CudaBackend::MaxUsefulBatch(const GemmProblem& problem) const {
+  return FillsDevice(problem) ? 1 : 0;
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
+  RETURN_IF_ERROR(ValidateForCuda(p));
+  ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
+  StreamSlot& slot = lease.slot();
+  cudaStream_t stream = slot.stream.get();
+  const MatrixLayout ca = ClassifyLayout(p.a.strides, p.m, p.k);
+  const MatrixLayout cb = ClassifyLayout(p.b.strides, p.k, p.n);
+  const MatrixLayout cc = ClassifyLayout(p.c.strides, p.m, p.n);
+  const bool a_broadcast =
+      p.batch > 1 && p.a.pointers == nullptr && p.a.strides.batch == 0;
+  const bool b_broadcast =
+      p.batch > 1 && p.b.pointers == nullptr && p.b.strides.batch == 0;
+  const int64_t a_entries = a_broadcast ? 1 : p.batch;
+  const int64_t b_entries = b_broadcast ? 1 : p.batch;
+  const size_t c_element = DTypeSize(p.c_dtype);
+  RETURN_IF_ERROR(slot.a_buffer.Reserve(a_entries * p.m * p.k * 2));
+  RETURN_IF_ERROR(slot.b_buffer.Reserve(b_entries * p.k * p.n * 2));
+  RETURN_IF_ERROR(slot.c_buffer.Reserve(p.batch * p.m * p.n * c_element));
+
+  // Dense device copies keep a row- or column-major source's layout (a
+  // transposed operand stays transposed: the kernels take either); a
+  // strided source becomes row-major.
+  auto device_layout = [](const MatrixLayout& c) {
+    return c.order == MatrixOrder::kColMajor ? MatrixOrder::kColMajor
+                                             : MatrixOrder::kRowMajor;
+  };
+  GemmProblem d = p;
+  d.a.pointers = nullptr;
+  d.b.pointers = nullptr;
+  d.c.pointers = nullptr;
+  d.a.data = slot.a_buffer.data();
+  d.b.data = slot.b_buffer.data();
+  d.c.data = slot.c_buffer.data();
+  d.a.strides = DenseStrides(device_layout(ca), p.m, p.k, a_broadcast);
+  d.b.strides = DenseStrides(device_layout(cb), p.k, p.n, b_broadcast);
+  d.c.strides = DenseStrides(device_layout(cc), p.m, p.n, false);
+
+  std::vector<char> pack;
+  RETURN_IF_ERROR(
+      StageIn(p.a.data, p.a.pointers, p.a.strides, ca, p.m, p.k, a_entries, 2,
+              static_cast<char*>(slot.a_buffer.data()), stream, pack));
+  RETURN_IF_ERROR(
+      StageIn(p.b.data, p.b.pointers, p.b.strides, cb, p.k, p.n, b_entries, 2,
+              static_cast<char*>(slot.b_buffer.data()), stream, pack));
+  if (p.beta != 0.0f) {
+    RETURN_IF_ERROR(
+        StageIn(p.c.data, const_cast<const void* const*>(p.c.pointers),
+                p.c.strides, cc, p.m, p.n, p.batch, c_element,
+                static_cast<char*>(slot.c_buffer.data()), stream, pack));
+  }
+  ASSIGN_OR_RETURN(GemmRunInfo info,
+                   schedule_->RunTimed(d, slot, /*after_slot_work=*/true));
+  RETURN_IF_ERROR(StageOut(
+      p, cc, static_cast<const char*>(slot.c_buffer.data()), stream, pack));
+  RETURN_IF_ERROR(slot.stream.Synchronize());
+  return info;
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
+  RETURN_IF_ERROR(ValidateForCuda(p));
+  // A stream-ordered product waits for its client's stream before it takes
+  // a slot: that stream may wait for an earlier product of the client's
+  // process, which needs a slot too, as does the background tuner (which
+  // takes them all). On the CPU until the stream gets there, or, where the
+  // wait may go to the GPU, only until every earlier product of that
+  // process is launched, whichever comes first: decided once, a product taken
+  // while its predecessor was still on its way would wait on the CPU, and so,
+  // one after another, would every product behind it.
+  bool wait_on_gpu = false;
+  if (p.stream_order != nullptr) {
+    const GemmProblem* one[] = {&p};
+    const LaunchOrder::Ticket& launch = p.stream_order->launch;
+    const bool may_wait_on_gpu = MayWaitOnGpu(p);
+    std::function<bool()> earlier_launched;
+    if (may_wait_on_gpu) {
+      earlier_launched = [&launch] { return launch.EarlierLaunched(); };
+    }
+    RETURN_IF_ERROR(WaitForClientStreams(one, earlier_launched));
+    wait_on_gpu = may_wait_on_gpu && launch.EarlierLaunched();
+  }
+  ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
+  return RunOneOnSlot(p, lease.slot(), wait_on_gpu);
+}
+
+bool CudaBackend::MayWaitOnGpu(const GemmProblem& p) const {
+  return p.stream_order != nullptr && options_.stream_order_waits_on_gpu &&
+         driver_api_.ok();
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
+                                                      StreamSlot& slot,
+                                                      bool wait_on_gpu) {
+  if (p.stream_order == nullptr) {
+    return RunDeviceOnSlot(p, slot, /*after_slot_work=*/false);
+  }
+  const GemmProblem* one[] = {&p};
+  const LaunchOrder::Ticket& launch = p.stream_order->launch;
+  // The signal right behind the product on the GPU, where the driver has
+  // stream memory operations; from here once it is complete otherwise.
+  ProductSchedule::AfterProduct signal;
+  if (driver_api_.ok()) {
+    signal = [&](cudaStream_t stream) {
+      return QueueClientSignals(*driver_api_, one, stream);
+    };
+  }
+  // Queued first: the gathers of strided operands read them too.
+  if (wait_on_gpu) {
+    RETURN_IF_ERROR(QueueClientWaits(*driver_api_, one, slot.stream.get()));
+  }
+  ProductSchedule::QueuedWait wait;
+  wait.await = [&](const std::function<bool()>& done) {
+    return AwaitQueuedWaits(one, done);
+  };
+  // Launched once queued, either way: the next product of the client may
+  // then queue its wait on the GPU without waiting for this one to end.
+  absl::StatusOr<GemmRunInfo> info = RunDeviceOnSlot(
+      p, slot, /*after_slot_work=*/false, signal, wait_on_gpu ? &wait : nullptr,
+      [&launch] { launch.MarkLaunched(); });
+  launch.MarkLaunched();  // a failure before the launch
+  if (!info.ok()) {
+    // The slot goes back to the pool: its stream must not keep waiting for
+    // a client stream that may never get there.
+    if (wait_on_gpu) ReleaseQueuedWaits(one);
+    return info.status();
+  }
+  StoreClientSignals(one);
+  return info;
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
+    absl::Span<const GemmProblem* const> problems, bool on_device) {
+  if (problems.size() == 1 || !on_device) {
+    return GemmBackend::RunBatch(problems, on_device);
+  }
+  // A product with a wave of 128x128 tiles of its own keeps the GPU busy
+  // alone: batching buys nothing (one pointer-array launch of two such
+  // products is slower than the two back to back), so each runs as it
+  // would unbatched (with the kernel tuned for it, waiting for its
+  // client's stream as it would alone), one after the other.
+  if (FillsDevice(*problems.front())) {
+    for (const GemmProblem* p : problems) RETURN_IF_ERROR(ValidateForCuda(*p));
+    GemmRunInfo total;
+    for (const GemmProblem* p : problems) {
+      ASSIGN_OR_RETURN(GemmRunInfo one, RunDevice(*p));
+      total.kernel = one.kernel;
+      total.kernel_seconds += one.kernel_seconds;
+    }
+    return total;
+  }
+  RETURN_IF_ERROR(WaitForClientStreams(problems));
+  ASSIGN_OR_RETURN(CombinedProblem combined,
+                   CombinedProblem::Combine(problems));
+  RETURN_IF_ERROR(ValidateForCuda(combined.problem()));
+  ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
+  ASSIGN_OR_RETURN(GemmRunInfo info, RunCombined(combined, lease.slot()));
+  StoreClientSignals(problems);
+  return info;
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunCombined(
+    const CombinedProblem& combined, StreamSlot& slot) {
+  // The kernels read the pointer arrays on the device: copy all three into
+  // the slot's buffer (from pageable memory the copy has consumed the host
+  // arrays when the call returns).
+  const size_t entries = combined.a_pointers().size();
+  const size_t array_bytes = entries * sizeof(void*);
+  RETURN_IF_ERROR(slot.pointer_arrays.Reserve(3 * array_bytes));
+  std::vector<const void*> host(3 * entries);
+  std::copy(combined.a_pointers().begin(), combined.a_pointers().end(),
+            host.begin());
+  std::copy(combined.b_pointers().begin(), combined.b_pointers().end(),
+            host.begin() + entries);
+  std::copy(combined.c_pointers().begin(), combined.c_pointers().end(),
+            host.begin() + 2 * entries);
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(slot.pointer_arrays.data(), host.data(), 3 * array_bytes,
+                      cudaMemcpyHostToDevice, slot.stream.get()),
+      "cudaMemcpyAsync(pointer arrays)"));
+  const auto* arrays =
+      static_cast<const void* const*>(slot.pointer_arrays.data());
+  GemmProblem p = combined.problem();
+  p.a.pointers = arrays;
+  p.b.pointers = arrays + entries;
+  p.c.pointers = const_cast<void* const*>(arrays + 2 * entries);
+  const std::vector<const void*>& bs = combined.b_pointers();
+  const bool shared_b = std::all_of(
+      bs.begin(), bs.end(), [&](const void* b) { return b == bs.front(); });
+  // Stacking moves A and C twice more (gather, scatter) to read B once.
+  if (shared_b && 2 * p.m * (p.k + p.n) <= p.k * p.n) {
+    return RunStacked(p, bs.front(), slot);
+  }
+  return RunDeviceOnSlot(p, slot, /*after_slot_work=*/true);  // the arrays
+}
+
+namespace {
+
+// Entries a stacked product is padded to: its M (entries x m) is part of
+// the selector's key, and a key per batch size would keep the GPU busy
+// tuning. Powers of two up to 8, then multiples of 8; padding rows are
+// computed and thrown away (rows of a product are independent).
+int64_t StackedEntries(int64_t entries) {
+  if (entries > 8) return (entries + 7) / 8 * 8;
+  int64_t padded = 1;
+  while (padded < entries) padded *= 2;
+  return padded;
+}
+
+}  // namespace
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunStacked(const GemmProblem& p,
+                                                    const void* shared_b,
+                                                    StreamSlot& slot) {
+  cudaStream_t stream = slot.stream.get();
+  const int64_t entries = p.batch;
+  const int64_t rows = StackedEntries(entries) * p.m;
+  const int c_element = static_cast<int>(DTypeSize(p.c_dtype));
+  const Strides a_dense{p.m * p.k, p.k, 1};
+  const Strides c_dense{p.m * p.n, p.n, 1};
+  // The slot's staging buffers (kept between calls: stream-ordered
+  // allocations went back to the driver at every synchronize, and mapping
+  // them again cost more than the gather).
+  RETURN_IF_ERROR(slot.a_buffer.Reserve(rows * p.k * 2));
+  RETURN_IF_ERROR(slot.c_buffer.Reserve(rows * p.n * c_element));
+  DeviceBuffer& a_stack = slot.a_buffer;
+  DeviceBuffer& c_stack = slot.c_buffer;
+  // Entry e's A becomes rows [e * m, (e + 1) * m) of one row-major matrix.
+  RETURN_IF_ERROR(CopyMatrix(
+      {nullptr, p.a.pointers, p.a.strides, p.a.pointer_alignment},
+      {a_stack.data(), nullptr, a_dense}, entries, p.m, p.k, 2, stream));
+  const MutableStridedView c_entries{nullptr, p.c.pointers, p.c.strides,
+                                     p.c.pointer_alignment};
+  if (p.beta != 0.0f) {
+    RETURN_IF_ERROR(
+        CopyMatrix({nullptr, const_cast<const void* const*>(p.c.pointers),
+                    p.c.strides, p.c.pointer_alignment},
+                   {c_stack.data(), nullptr, c_dense}, entries, p.m, p.n,
+                   c_element, stream));
+  }
+  GemmProblem stacked = p;
+  stacked.batch = 1;
+  stacked.m = rows;
+  stacked.a = {.data = a_stack.data(), .strides = {0, p.k, 1}};
+  stacked.b = {.data = shared_b,
+               .strides = {0, p.b.strides.row, p.b.strides.col}};
+  stacked.c = {.data = c_stack.data(), .strides = {0, p.n, 1}};
+  // The scatter follows the product on the slot's stream, and the outputs
+  // are complete when we return, as the contract says.
+  ASSIGN_OR_RETURN(GemmRunInfo info,
+                   RunDeviceOnSlot(stacked, slot, /*after_slot_work=*/true,
+                                   [&](cudaStream_t slot_stream) {
+                                     return CopyMatrix(
+                                         {c_stack.data(), nullptr, c_dense},
+                                         c_entries, entries, p.m, p.n,
+                                         c_element, slot_stream);
+                                   }));
+  info.kernel = absl::StrCat(info.kernel, "+stacked");
+  return info;
+}
+
+absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnSlot(
+    const GemmProblem& p, StreamSlot& slot, bool after_slot_work,
+    const ProductSchedule::AfterProduct& then,
+    const ProductSchedule::QueuedWait* wait,
+    const ProductSchedule::Queued& queued) {
+  cudaStream_t stream = slot.stream.get();
+  ASSIGN_OR_RETURN(KernelOperands operands, KernelOperands::Gather(p, stream));
+  // The scatter of a gathered C, then the caller's work, behind the product.
+  const ProductSchedule::AfterProduct after =
+      [&](cudaStream_t slot_stream) -> absl::Status {
+    RETURN_IF_ERROR(operands.ScatterC(slot_stream));
+    return then ? then(slot_stream) : absl::OkStatus();
+  };
+  ASSIGN_OR_RETURN(
+      GemmRunInfo info,
+      schedule_->RunTimed(
+          operands.problem(), slot, after_slot_work || operands.gathered(),
+          operands.scatters_c() || then ? after : nullptr, wait, queued));
+  // RunTimed waited for the kernel and what follows it; the temporaries
+  // are freed in stream order, and waited for too.
+  RETURN_IF_ERROR(operands.Release(stream));
+  return info;
+}
+
+BackendGauges CudaBackend::Gauges() const {
+  BackendGauges gauges;
+  // cudaMemGetInfo reports on the calling thread's current device.
+  absl::StatusOr<ScopedDevice> scoped = ScopedDevice::Create(options_.device);
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  if (scoped.ok() && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    gauges.memory_used_bytes = static_cast<int64_t>(total_bytes - free_bytes);
+    gauges.memory_total_bytes = static_cast<int64_t>(total_bytes);
+  }
+  gauges.tuned_shapes = static_cast<int64_t>(selector_->tuned_count());
+  const GemmSelector::TuningCounts tunings = selector_->tuning_counts();
+  gauges.tunings_succeeded = tunings.succeeded;
+  gauges.tunings_failed = tunings.failed;
+  return gauges;
+}
+
+absl::StatusOr<std::unique_ptr<GemmBackend>> CreateCudaBackend(
+    const CudaBackendOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
+                   CudaBackend::Create(options));
+  return std::unique_ptr<GemmBackend>(std::move(backend));
+}
+
+}  // namespace matmul::cuda

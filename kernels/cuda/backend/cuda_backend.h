@@ -1,0 +1,174 @@
+// The daemon's CUDA backend: a matmul::GemmBackend that runs each product
+// with the kernel GemmSelector picks for its shape (the project's own mma
+// kernels or cuBLASLt), timing the kernel with CUDA events.
+//
+// Entry points (the GemmBackend interface):
+//  * RunHost: every operand is staged through device buffers that are
+//    reused across calls: A and B (and C when beta != 0) copied in, C copied
+//    back. The pointers may address host memory or, through unified
+//    addressing, device memory: a request that mixes inline operands with
+//    operands in GPU regions runs here.
+//  * RunDevice: operands already in device (or registered / unified)
+//    memory, e.g. CUDA IPC or registered regions; nothing is staged.
+//  * RunBatch: products of one BatchKey as one pointer-array launch, or,
+//    when they all read the same B and that B outweighs their A and C, as
+//    one product of their A's stacked row-wise (gathered into one matrix;
+//    C scattered back after): B is then read once instead of once each.
+// Either way an operand whose strides have no unit dimension is packed to a
+// dense matrix first (staging.h), and the output is scattered back to its
+// strides afterwards.
+// A stream-ordered product (GemmProblem::stream_order) runs once its
+// client's stream has reached it, and signals that stream behind it
+// (client_stream_order.h).
+//
+// Construct once per device and share: all methods are thread-safe. Up to
+// `streams` calls run at once, each on a stream slot of its own
+// (stream_slots.h: stream, timing events, workspace, staging buffers), so
+// one call's host work overlaps another's kernel; further callers wait for
+// a free slot. Big products run one after another on a stream all slots
+// share (product_schedule.h). The selector's background tuning holds every
+// slot while it times a key.
+#ifndef MATMUL_KERNELS_CUDA_BACKEND_CUDA_BACKEND_H_
+#define MATMUL_KERNELS_CUDA_BACKEND_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/cuda_driver_api.h"
+#include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/runtime/cuda_resources.h"
+#include "kernels/cuda/runtime/device_info.h"
+#include "kernels/cuda/selector/gemm_selector.h"
+#include "kernels/cuda/backend/internal/product_schedule.h"
+#include "kernels/cuda/backend/internal/stream_slots.h"
+#include "kernels/cuda/backend/internal/validate_problem.h"
+#include "kernels/gemm_backend.h"
+#include "kernels/gemm_batch.h"
+
+namespace matmul::cuda {
+
+struct CudaBackendOptions {
+  int device = 0;
+  // JSON file of tuned kernel choices; empty keeps them in memory only.
+  std::string tuning_cache_path;
+  // Tune shapes never seen before on a worker thread (they run with a
+  // heuristic pick meanwhile).
+  bool background_tuning = true;
+  // Shared-memory limit for the own kernels; 0 = the device's opt-in limit.
+  int max_shared_bytes = 0;
+  // Which kernel families the selector may use (both by default; turning
+  // one off is for tests and for ruling a family out in production).
+  bool use_own_kernels = true;
+  bool use_cublaslt = true;
+  // Products in flight at once (stream slots); >= 1.
+  int streams = 2;
+  // Products of at least this many GFLOP per SM run on the stream all
+  // slots share (see product_schedule.h); > 0. Products on slots share the
+  // GPU, so their kernel time includes the overlap; at this size a product
+  // fills the device alone and gains nothing from overlapping.
+  double serial_min_gflop_per_sm = 1.0;
+  // Stream-ordered products wait for their client's stream with a wait
+  // queued on the GPU instead of on a worker's CPU (client_stream_order.h
+  // weighs the two); needs the driver's stream memory operations.
+  bool stream_order_waits_on_gpu = false;
+  // TEST ONLY, for the device-lost path: the Nth product launch (from 1)
+  // runs a kernel that writes out of range instead, which poisons the CUDA
+  // context. 0: never.
+  int64_t test_only_inject_fault_after = 0;
+  // TEST ONLY, for the out-of-memory path: once set up, the backend takes
+  // all but this many bytes of the device's free memory and holds them, so
+  // that a product whose staging needs more really fails in cudaMalloc.
+  // 0: off.
+  int64_t test_only_memory_headroom_bytes = 0;
+};
+
+class CudaBackend : public GemmBackend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  std::vector<DeviceInfo> devices() const override { return {info_}; }
+
+  // See GemmBackend::RunHost. GemmRunInfo::kernel names what ran (e.g.
+  // "cublaslt_algo0", "mma_128x128x32_s4_w2x2"), kernel_seconds its time
+  // alone (staging and packing excluded).
+  absl::StatusOr<GemmRunInfo> RunHost(const GemmProblem& problem) override;
+
+  // The same for a problem whose pointers (and pointer arrays) address
+  // memory the device can read and write. Returns once the output is
+  // complete, so that kernel_seconds is known.
+  absl::StatusOr<GemmRunInfo> RunDevice(const GemmProblem& problem) override;
+
+  // See GemmBackend::RunBatch: with `on_device`, the pointer arrays are
+  // copied to the device and the products run as one launch.
+  absl::StatusOr<GemmRunInfo> RunBatch(
+      absl::Span<const GemmProblem* const> problems, bool on_device) override;
+
+  // 1 for products that fill the device (a wave of 128x128 tiles).
+  int MaxUsefulBatch(const GemmProblem& problem) const override;
+
+  GemmSelector& selector() { return *selector_; }
+  int device() const { return options_.device; }
+  int cuda_device() const override { return options_.device; }
+  // Device memory (cudaMemGetInfo) and the selector's tuning counts.
+  BackendGauges Gauges() const override;
+
+ private:
+  CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
+              std::unique_ptr<GemmSelector> selector,
+              std::unique_ptr<StreamSlotPool> slots,
+              std::unique_ptr<ProductSchedule> schedule);
+
+  // RunDeviceOnSlot, followed by the signal to the client's stream when
+  // `problem` is stream-ordered: behind a wait queued on the slot's stream
+  // when `wait_on_gpu`, otherwise once WaitForClientStreams has returned
+  // (the caller waits before it takes the slot).
+  absl::StatusOr<GemmRunInfo> RunOneOnSlot(const GemmProblem& problem,
+                                           StreamSlot& slot, bool wait_on_gpu);
+  // Several products of one BatchKey as one pointer-array launch.
+  absl::StatusOr<GemmRunInfo> RunCombined(const CombinedProblem& combined,
+                                          StreamSlot& slot);
+  // True when `problem` alone has a wave of 128x128 tiles for the device.
+  bool FillsDevice(const GemmProblem& problem) const;
+  // Gathers what `problem` needs into the form the kernels take, runs it
+  // (ProductSchedule::RunTimed) and scatters C back, then `then`.
+  absl::StatusOr<GemmRunInfo> RunDeviceOnSlot(
+      const GemmProblem& problem, StreamSlot& slot, bool after_slot_work,
+      const ProductSchedule::AfterProduct& then = nullptr,
+      const ProductSchedule::QueuedWait* wait = nullptr,
+      const ProductSchedule::Queued& queued = nullptr);
+  // Whether stream-ordered `problem` may wait for its client's stream on
+  // the GPU (client_stream_order.h): the daemon does so where the driver
+  // offers stream memory operations. It then does, once every earlier
+  // product of the client is launched.
+  bool MayWaitOnGpu(const GemmProblem& problem) const;
+  // `batched`: a pointer-array product (arrays on the device) whose entries
+  // all read B at `shared_b`; runs as one stacked product (see above).
+  absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,
+                                         const void* shared_b,
+                                         StreamSlot& slot);
+
+  const CudaBackendOptions options_;
+  const DeviceInfo info_;
+  std::unique_ptr<GemmSelector> selector_;
+  std::unique_ptr<StreamSlotPool> slots_;
+  std::unique_ptr<ProductSchedule> schedule_;
+  // Stream memory operations, for the signals of stream-ordered products.
+  const absl::StatusOr<CudaDriverApi> driver_api_;
+  // Device memory held back by test_only_memory_headroom_bytes.
+  DeviceBuffer test_only_ballast_;
+};
+
+// The factory the daemon calls for --backend=cuda|auto.
+absl::StatusOr<std::unique_ptr<GemmBackend>> CreateCudaBackend(
+    const CudaBackendOptions& options);
+
+}  // namespace matmul::cuda
+
+#endif  // MATMUL_KERNELS_CUDA_BACKEND_CUDA_BACKEND_H_
