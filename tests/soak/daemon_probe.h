@@ -51,6 +51,11 @@ class DaemonProbe {
   DaemonSnapshot Sample() const;
   int pid() const { return pid_; }
 
+  // The body of GET `path` from the metrics endpoint (see ScrapeMetrics);
+  // FAILED_PRECONDITION without a metrics address.
+  absl::StatusOr<std::string> Fetch(const std::string& path,
+                                    absl::Duration timeout) const;
+
  private:
   DaemonProbe(int pid, std::string host, std::string port,
               std::string shm_prefix)
@@ -65,11 +70,14 @@ class DaemonProbe {
   const std::string shm_prefix_;
 };
 
-// The body of GET /metrics from host:port (HTTP/1.0, read to EOF), bounded
-// by `timeout` for connecting and for each read.
+// The body of GET `path` (/metrics, /debug/requests) from host:port
+// (HTTP/1.0, read to EOF), bounded by `timeout` for connecting and for each
+// read. UNAVAILABLE when it cannot be fetched; NOT_FOUND for a 404; the
+// status line in the message for any other answer than 200.
 absl::StatusOr<std::string> ScrapeMetrics(const std::string& host,
                                           const std::string& port,
-                                          absl::Duration timeout);
+                                          absl::Duration timeout,
+                                          const std::string& path = "/metrics");
 
 // Sum of every sample of family `name` in a Prometheus text scrape
 // ("name value" and "name{labels} value" lines); absent when none.
