@@ -61,7 +61,7 @@ ABSL_FLAG(std::string, scenarios, "all",
           "product_ring, product_stream, malformed, unparseable, "
           "oversized, cancel, "
           "deadline, unregister, truncate, stream_drop, ring_drop, kill, "
-          "product_ipc, product_vmm.");
+          "ring_chaos, ring_kill, product_ipc, product_vmm.");
 ABSL_FLAG(std::string, regions, "shm",
           "Region kinds for checked products: shm, plus ipc and/or vmm "
           "(CUDA memory; skipped with a message when no GPU is usable).");
@@ -269,9 +269,11 @@ int Main(char** argv) {
   if (options.holder_path.empty()) {
     options.holder_path = DefaultHolderPath(argv[0]);
   }
-  if (std::find(enabled.begin(), enabled.end(), Scenario::kKill) !=
-          enabled.end() &&
-      access(options.holder_path.c_str(), X_OK) != 0) {
+  const bool needs_holder = std::find(enabled.begin(), enabled.end(),
+                                      Scenario::kKill) != enabled.end() ||
+                            std::find(enabled.begin(), enabled.end(),
+                                      Scenario::kRingKill) != enabled.end();
+  if (needs_holder && access(options.holder_path.c_str(), X_OK) != 0) {
     std::cerr << "matmul-soak: no holder binary at " << options.holder_path
               << " (--holder)\n";
     return 2;
@@ -447,7 +449,8 @@ int Main(char** argv) {
   report.peak_rss_bytes = peak_rss;
   report.totals = shared.tally().totals();
   for (const auto& [key, count] : report.totals.outcomes) {
-    if (key.first == "kill" && key.second == "killed") {
+    if ((key.first == "kill" || key.first == "ring_kill") &&
+        key.second == "killed") {
       report.holders_killed = count;
     }
   }
