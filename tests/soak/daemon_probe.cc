@@ -138,6 +138,11 @@ DaemonSnapshot DaemonProbe::Sample() const {
   return snapshot;
 }
 
+std::optional<int64_t> DaemonProbe::SampleRss() const {
+  if (pid_ <= 0) return std::nullopt;
+  return RssBytes(pid_);
+}
+
 absl::StatusOr<std::string> DaemonProbe::Fetch(const std::string& path,
                                                absl::Duration timeout) const {
   if (port_.empty()) {

@@ -49,6 +49,9 @@ class DaemonProbe {
       int pid, std::string metrics_address, std::string shm_prefix);
 
   DaemonSnapshot Sample() const;
+  // Only the RSS (cheap: one read of /proc/<pid>/status); absent without a
+  // pid or once the process is gone.
+  std::optional<int64_t> SampleRss() const;
   int pid() const { return pid_; }
 
   // The body of GET `path` from the metrics endpoint (see ScrapeMetrics);

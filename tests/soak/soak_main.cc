@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "client/cuda_memory.h"
@@ -347,23 +348,31 @@ int Main(char** argv) {
   // The watchdog: the daemon must stay the same process, and keep
   // answering, all along. (The process first: a dead daemon's socket keeps
   // the monitor's wait-for-ready call waiting for its whole timeout.)
-  // RSS samples are taken on this loop's probe, every rss_interval.
   std::optional<int64_t> peak_rss = baseline.snapshot.rss_bytes;
   bool daemon_lost = false;
   const absl::Time end = start + absl::GetFlag(FLAGS_duration);
-  absl::Time next_rss = start + report.rss_interval;
+  // The RSS series, on a thread of its own: a slow watchdog call must not
+  // stretch the interval.
+  absl::Notification load_over;
+  std::thread rss_sampler;
+  if (report.daemon_pid != 0) {
+    rss_sampler = std::thread([&] {
+      absl::Time next = start + report.rss_interval;
+      while (!load_over.WaitForNotificationWithDeadline(next)) {
+        const absl::Time now = absl::Now();
+        if (std::optional<int64_t> rss = (*probe)->SampleRss()) {
+          report.rss_series.push_back({now - start, *rss});
+        }
+        next = std::max(next + report.rss_interval, now);
+      }
+    });
+  }
   while (absl::Now() < end) {
-    absl::SleepFor(std::max(absl::ZeroDuration(),
-                            std::min({absl::Seconds(1), end - absl::Now(),
-                                      next_rss - absl::Now()})));
+    absl::SleepFor(std::min(absl::Seconds(1), end - absl::Now()));
     if (report.daemon_pid != 0) {
       DaemonSnapshot now = (*probe)->Sample();
       if (now.rss_bytes.has_value()) {
         peak_rss = std::max(peak_rss.value_or(0), *now.rss_bytes);
-        if (const absl::Time at = absl::Now(); at >= next_rss) {
-          report.rss_series.push_back({at - start, *now.rss_bytes});
-          next_rss = std::max(next_rss + report.rss_interval, at);
-        }
       }
       if (!now.alive || now.start_ticks != baseline.snapshot.start_ticks) {
         shared.tally().Fail(
@@ -380,8 +389,16 @@ int Main(char** argv) {
                                                    ping.status().ToString()));
     }
   }
-  stop = true;
+  // The load ends here; its last RSS sample is taken now.
   const absl::Duration load = absl::Now() - start;
+  load_over.Notify();
+  if (rss_sampler.joinable()) {
+    rss_sampler.join();
+    if (std::optional<int64_t> rss = (*probe)->SampleRss()) {
+      report.rss_series.push_back({load, *rss});
+    }
+  }
+  stop = true;
   for (std::thread& thread : threads) thread.join();
   workers.clear();  // ends every session, region and ring of the soak
   report.duration_seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -443,15 +460,17 @@ int Main(char** argv) {
   report.rss =
       JudgeRss(rss_rules, baseline.snapshot.rss_bytes, report.rss_series, load,
                after_load_rss, after_load_wait);
+  // The watchdog's samples (every second) count toward the peak too.
   if (report.rss.peak.has_value()) {
     peak_rss = std::max(peak_rss.value_or(0), *report.rss.peak);
   }
+  report.rss.peak = peak_rss;
   report.peak_rss_bytes = peak_rss;
   report.totals = shared.tally().totals();
   for (const auto& [key, count] : report.totals.outcomes) {
     if ((key.first == "kill" || key.first == "ring_kill") &&
         key.second == "killed") {
-      report.holders_killed = count;
+      report.holders_killed += count;
     }
   }
 

@@ -1,15 +1,20 @@
 // The soak's own parsing: Prometheus families, segment owners, scenario
 // lists; and the raw view of a ring's mapping. (The soak itself runs as the
 // soak_short test.)
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/shared_memory_segment.h"
 #include "gtest/gtest.h"
 #include "tests/soak/daemon_probe.h"
 #include "tests/soak/raw_ring.h"
+#include "tests/soak/soak_report.h"
 #include "tests/soak/soak_scenarios.h"
 
 namespace matmul::soak {
@@ -57,6 +62,124 @@ TEST(ParseScenariosTest, RefusesUnknownNamesAndEmptySets) {
   absl::StatusOr<std::vector<Scenario>> one = ParseScenarios("kill,kill");
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->size(), 1u);
+}
+
+// Answers each of `answers.size()` connections on 127.0.0.1 with the next
+// canned HTTP response, and keeps the request heads it read.
+class CannedHttpServer {
+ public:
+  explicit CannedHttpServer(std::vector<std::string> answers) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+        listen(fd_, 4) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      return;
+    }
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this, answers = std::move(answers)] {
+      for (const std::string& answer : answers) {
+        const int client = accept(fd_, nullptr, nullptr);
+        if (client < 0) return;
+        std::string head;
+        char buffer[1024];
+        while (head.find("\r\n\r\n") == std::string::npos) {
+          const ssize_t got = recv(client, buffer, sizeof(buffer), 0);
+          if (got <= 0) break;
+          head.append(buffer, static_cast<size_t>(got));
+        }
+        heads_.push_back(head);
+        (void)send(client, answer.data(), answer.size(), MSG_NOSIGNAL);
+        close(client);
+      }
+    });
+  }
+  ~CannedHttpServer() {
+    if (thread_.joinable()) thread_.join();
+    close(fd_);
+  }
+  std::string port() const { return absl::StrCat(port_); }
+  // After the thread served every answer.
+  std::vector<std::string> heads() {
+    if (thread_.joinable()) thread_.join();
+    return heads_;
+  }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::vector<std::string> heads_;
+};
+
+TEST(ScrapeMetricsTest, GetsThePathItIsGivenAndTellsA404Apart) {
+  CannedHttpServer server(
+      {"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n"
+       "request 17 stage=queued transport=ring\n",
+       "HTTP/1.0 200 OK\r\n\r\n",
+       "HTTP/1.0 404 Not Found\r\n\r\nnot found; metrics are at /metrics"});
+  ASSERT_NE(server.port(), "0");
+  absl::StatusOr<std::string> dump = ScrapeMetrics(
+      "127.0.0.1", server.port(), absl::Seconds(5), "/debug/requests");
+  ASSERT_TRUE(dump.ok()) << dump.status();
+  EXPECT_EQ(*dump, "request 17 stage=queued transport=ring\n");
+  absl::StatusOr<std::string> empty = ScrapeMetrics(
+      "127.0.0.1", server.port(), absl::Seconds(5), "/debug/requests");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(*empty, "");
+  absl::StatusOr<std::string> missing = ScrapeMetrics(
+      "127.0.0.1", server.port(), absl::Seconds(5), "/debug/requests");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("404 Not Found"),
+            std::string::npos);
+  const std::vector<std::string> heads = server.heads();
+  ASSERT_EQ(heads.size(), 3u);
+  EXPECT_EQ(heads[0].substr(0, heads[0].find("\r\n")),
+            "GET /debug/requests HTTP/1.0");
+}
+
+TEST(SoakReportTest, PrintsTheRequestsDumpAndTheMemoryFigures) {
+  SoakReport report;
+  report.requests_dump_fetched = true;
+  report.requests_dump =
+      "request 17 stage=queued transport=ring session=ab12 ring=3 slot=5\n"
+      "request 18 stage=running transport=grpc\n";
+  report.rss.start = 100'000'000;
+  report.rss.after_load = 150'000'000;
+  report.rss.after_load_ratio = 1.5;
+  report.rss.growth = 0.071;
+  report.rss_series = {{absl::Seconds(5), 120'000'000}};
+  std::ostringstream text;
+  PrintReport(report, text);
+  EXPECT_NE(text.str().find("(GET /debug/requests): 2 lines\n  request 17 "
+                            "stage=queued"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("after load           150.0 MB (1.500 x start)"),
+            std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("growth               7.1%"), std::string::npos)
+      << text.str();
+  const std::string json = ReportJson(report);
+  EXPECT_NE(json.find("\"requests_in_flight_dump\":\"request 17 stage=queued "
+                      "transport=ring session=ab12 ring=3 slot=5\\u000arequest "
+                      "18"),
+            std::string::npos)
+      << json;
+  EXPECT_NE(json.find("\"after_load_ratio\":1.5,"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"series\":[[5.000,120000000]]"), std::string::npos)
+      << json;
+
+  report.requests_dump.clear();
+  report.requests_dump_error = "NOT_FOUND: GET /debug/requests ... 404";
+  std::ostringstream missing;
+  PrintReport(report, missing);
+  EXPECT_NE(missing.str().find("not fetched: NOT_FOUND"), std::string::npos);
+  EXPECT_NE(ReportJson(report).find("\"requests_in_flight_dump\":null"),
+            std::string::npos);
 }
 
 TEST(ParseScenariosTest, RingScenariosAreInAll) {
