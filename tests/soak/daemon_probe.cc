@@ -138,9 +138,24 @@ DaemonSnapshot DaemonProbe::Sample() const {
   return snapshot;
 }
 
+std::optional<int64_t> DaemonProbe::SampleRss() const {
+  if (pid_ <= 0) return std::nullopt;
+  return RssBytes(pid_);
+}
+
+absl::StatusOr<std::string> DaemonProbe::Fetch(const std::string& path,
+                                               absl::Duration timeout) const {
+  if (port_.empty()) {
+    return absl::FailedPreconditionError(
+        "no metrics address (--metrics) to fetch from");
+  }
+  return ScrapeMetrics(host_, port_, timeout, path);
+}
+
 absl::StatusOr<std::string> ScrapeMetrics(const std::string& host,
                                           const std::string& port,
-                                          absl::Duration timeout) {
+                                          absl::Duration timeout,
+                                          const std::string& path) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -171,7 +186,7 @@ absl::StatusOr<std::string> ScrapeMetrics(const std::string& host,
         absl::StrCat("connecting to ", host, ":", port, ": ", last_error));
   }
   const std::string request =
-      absl::StrCat("GET /metrics HTTP/1.0\r\nHost: ", host, "\r\n\r\n");
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host, "\r\n\r\n");
   if (send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     return absl::UnavailableError(absl::StrCat("sending to ", host, ":", port,
@@ -184,18 +199,23 @@ absl::StatusOr<std::string> ScrapeMetrics(const std::string& host,
     if (got == 0) break;
     if (got < 0) {
       if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("reading /metrics from ", host,
-                                                 ":", port, ": ",
+      return absl::UnavailableError(absl::StrCat("reading ", path, " from ",
+                                                 host, ":", port, ": ",
                                                  std::strerror(errno)));
     }
     response.append(buffer, static_cast<size_t>(got));
   }
   const size_t body = response.find("\r\n\r\n");
+  const std::string status_line = response.substr(0, response.find('\r'));
   if (!absl::StartsWith(response, "HTTP/1.") || body == std::string::npos ||
       response.find(" 200 ") > body) {
-    return absl::UnavailableError(absl::StrCat(
-        "GET /metrics from ", host, ":", port, " did not answer 200: '",
-        response.substr(0, response.find('\r')), "'"));
+    const std::string message =
+        absl::StrCat("GET ", path, " from ", host, ":", port,
+                     " did not answer 200: '", status_line, "'");
+    if (absl::StrContains(status_line, " 404 ")) {
+      return absl::NotFoundError(message);
+    }
+    return absl::UnavailableError(message);
   }
   return response.substr(body + 4);
 }

@@ -49,7 +49,15 @@ class DaemonProbe {
       int pid, std::string metrics_address, std::string shm_prefix);
 
   DaemonSnapshot Sample() const;
+  // Only the RSS (cheap: one read of /proc/<pid>/status); absent without a
+  // pid or once the process is gone.
+  std::optional<int64_t> SampleRss() const;
   int pid() const { return pid_; }
+
+  // The body of GET `path` from the metrics endpoint (see ScrapeMetrics);
+  // FAILED_PRECONDITION without a metrics address.
+  absl::StatusOr<std::string> Fetch(const std::string& path,
+                                    absl::Duration timeout) const;
 
  private:
   DaemonProbe(int pid, std::string host, std::string port,
@@ -65,11 +73,14 @@ class DaemonProbe {
   const std::string shm_prefix_;
 };
 
-// The body of GET /metrics from host:port (HTTP/1.0, read to EOF), bounded
-// by `timeout` for connecting and for each read.
+// The body of GET `path` (/metrics, /debug/requests) from host:port
+// (HTTP/1.0, read to EOF), bounded by `timeout` for connecting and for each
+// read. UNAVAILABLE when it cannot be fetched; NOT_FOUND for a 404; the
+// status line in the message for any other answer than 200.
 absl::StatusOr<std::string> ScrapeMetrics(const std::string& host,
                                           const std::string& port,
-                                          absl::Duration timeout);
+                                          absl::Duration timeout,
+                                          const std::string& path = "/metrics");
 
 // Sum of every sample of family `name` in a Prometheus text scrape
 // ("name value" and "name{labels} value" lines); absent when none.

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -246,12 +247,14 @@ void SoakWorker::RingDrop() {
 // --- clients killed while they hold things
 // ------------------------------------
 
-void SoakWorker::Kill() {
+void SoakWorker::Kill(const char* scenario) {
   if (options_.holder_path.empty() ||
       !shared_.TryStartHolder(options_.max_holders)) {
-    return tally().Count("kill", "skipped");
+    return tally().Count(scenario, "skipped");
   }
-  const pid_t pid = SpawnHolder(/*truncate_ring=*/false);
+  const bool ring_kill = std::string_view(scenario) == "ring_kill";
+  const pid_t pid = SpawnHolder(
+      ring_kill ? HolderMode::kRingBusy : HolderMode::kProducts, scenario);
   if (pid <= 0) {
     shared_.HolderDone(0);
     return;
@@ -260,13 +263,13 @@ void SoakWorker::Kill() {
   absl::SleepFor(RandomDelay(absl::Milliseconds(800)));
   int wstatus = 0;
   if (waitpid(pid, &wstatus, WNOHANG) == pid) {
-    tally().Fail("kill", absl::StrCat("holder ", pid, " ended by itself (",
-                                      WaitStatusText(wstatus),
-                                      ") before it was killed"));
+    tally().Fail(scenario, absl::StrCat("holder ", pid, " ended by itself (",
+                                        WaitStatusText(wstatus),
+                                        ") before it was killed"));
   } else {
     kill(pid, SIGKILL);
     waitpid(pid, &wstatus, 0);
-    tally().Count("kill", "killed");
+    tally().Count(scenario, "killed");
   }
   shared_.HolderDone(pid);
 }
@@ -276,7 +279,7 @@ void SoakWorker::TruncateRing() {
       !shared_.TryStartHolder(options_.max_holders)) {
     return tally().Count("truncate", "ring_skipped");
   }
-  const pid_t pid = SpawnHolder(/*truncate_ring=*/true);
+  const pid_t pid = SpawnHolder(HolderMode::kTruncateRing, "truncate");
   if (pid <= 0) {
     shared_.HolderDone(0);
     return;
@@ -304,24 +307,26 @@ void SoakWorker::TruncateRing() {
   shared_.HolderDone(pid);
 }
 
-pid_t SoakWorker::SpawnHolder(bool truncate_ring) {
+pid_t SoakWorker::SpawnHolder(HolderMode mode, const char* scenario) {
   const std::string seed = absl::StrCat(rng_());
   const std::string dim = absl::StrCat(options_.max_dim);
-  const std::string mode = "truncate_ring";
+  const std::string mode_name =
+      mode == HolderMode::kTruncateRing ? "truncate_ring" : "ring_busy";
   std::vector<char*> argv = {const_cast<char*>(options_.holder_path.c_str()),
                              const_cast<char*>(options_.target.c_str()),
                              const_cast<char*>(options_.shm_prefix.c_str()),
                              const_cast<char*>(seed.c_str()),
                              const_cast<char*>(dim.c_str())};
-  if (truncate_ring) argv.push_back(const_cast<char*>(mode.c_str()));
+  if (mode != HolderMode::kProducts) {
+    argv.push_back(const_cast<char*>(mode_name.c_str()));
+  }
   argv.push_back(nullptr);
   pid_t pid = 0;
   if (int rc = posix_spawn(&pid, options_.holder_path.c_str(), nullptr, nullptr,
                            argv.data(), environ);
       rc != 0) {
-    tally().Fail(truncate_ring ? "truncate" : "kill",
-                 absl::StrCat("spawning ", options_.holder_path, ": ",
-                              std::strerror(rc)));
+    tally().Fail(scenario, absl::StrCat("spawning ", options_.holder_path, ": ",
+                                        std::strerror(rc)));
     return 0;
   }
   return pid;

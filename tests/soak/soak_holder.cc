@@ -13,18 +13,31 @@
 // /proc/self/map_files, which needs CAP_SYS_ADMIN: without it the holder
 // exits with status 3.
 //
-//   soak_holder TARGET SHM_PREFIX SEED MAX_DIM [truncate_ring]
+// With "ring_busy" (the ring_kill scenario) it keeps one ring full
+// instead: threads that each wait on a synchronous call (waiting slots),
+// asynchronous calls that re-send themselves as they are answered (notify
+// slots), and a thread that writes the submission queue out of sequence
+// beside them (raw_ring.h): entries naming a slot a second time or one out
+// of range, positions left empty for a while (the daemon waits at the
+// hole, so the ring's later requests queue up behind it) and stale
+// sequence numbers corrected later. The kill finds requests running,
+// queued behind a hole, and answered but not yet read.
+//
+//   soak_holder TARGET SHM_PREFIX SEED MAX_DIM [truncate_ring|ring_busy]
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <fstream>
 #include <future>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -38,6 +51,7 @@
 #include "client/request_ring.h"
 #include "client/session.h"
 #include "client/shared_memory_segment.h"
+#include "tests/soak/raw_ring.h"
 
 namespace matmul::soak {
 namespace {
@@ -76,17 +90,126 @@ bool TruncateMapped(const std::string& name) {
   return false;
 }
 
+// Never returns: the holder lives until it is killed.
+[[noreturn]] void WaitForTheKill() {
+  for (;;) pause();
+}
+
+// ring_busy: see the top of the file.
+int RingBusy(Client& client, const Session& session, const std::string& prefix,
+             std::mt19937_64& rng, int64_t max_dim) {
+  constexpr int kSlots = 32;
+  constexpr int kWaiters = 4;
+  constexpr int kAsync = 24;  // more than the slots left: some queue
+  constexpr int kLanes = kWaiters + kAsync;
+  const int64_t dim = std::min<int64_t>(max_dim, 48);
+  const uint64_t stride = AlignRegionOffset(
+      static_cast<uint64_t>(3 * (4 * 4 * dim * (dim + 8) + 64)));
+  absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
+      SharedMemorySegment::Create(static_cast<int64_t>(stride * kLanes),
+                                  prefix);
+  if (!segment.ok()) return Fail("creating a segment", segment.status());
+  absl::StatusOr<std::unique_ptr<RegisteredRegion>> region =
+      RegisteredRegion::RegisterShm(client, session, **segment);
+  (*segment)->Unlink();
+  if (!region.ok()) return Fail("RegisterRegion", region.status());
+  RequestRingOptions ring_options;
+  ring_options.slots = kSlots;
+  ring_options.shm_prefix = prefix;
+  absl::StatusOr<std::unique_ptr<RequestRing>> ring =
+      RequestRing::Attach(client, session, ring_options);
+  // No ring left is an answer the daemon may give: hold the rest.
+  if (absl::IsResourceExhausted(ring.status())) WaitForTheKill();
+  if (!ring.ok()) return Fail("AttachRing", ring.status());
+  absl::StatusOr<Mapping> mapping = FindMapping((*ring)->shm_name());
+  if (!mapping.ok()) return Fail("finding the ring", mapping.status());
+  absl::StatusOr<RawRing> raw = RawRing::Open(*mapping, kSlots, 2048);
+  if (!raw.ok()) return Fail("opening the ring", raw.status());
+
+  // One product per lane, on the lane's slice, sent again and again.
+  std::uniform_int_distribution<int64_t> side(1, dim);
+  std::vector<v1::MatmulRequest> requests;
+  for (int lane = 0; lane < kLanes; ++lane) {
+    ProblemSpec spec{.m = side(rng), .n = side(rng), .k = side(rng)};
+    absl::StatusOr<RegionRequest> placed = MakeRandomRegionRequest(
+        spec, rng, (*segment)->bytes(), (*region)->id(), session.session_id(),
+        RegionPlacement{}, stride * static_cast<uint64_t>(lane));
+    if (!placed.ok()) return Fail("placing a product", placed.status());
+    requests.push_back(std::move(placed->request));
+  }
+
+  // The out-of-sequence writer: it owns the positions it reserves and
+  // names only slots it never writes (or no slot at all).
+  std::thread chaos([raw = *raw, seed = rng()]() mutable {
+    std::mt19937_64 rng(seed);
+    const uint32_t kNoSlot = std::numeric_limits<uint32_t>::max();
+    auto pause_us = [&rng](int max_us) {
+      absl::SleepFor(absl::Microseconds(static_cast<int64_t>(rng() % max_us)));
+    };
+    for (;;) {
+      pause_us(3000);
+      const uint64_t position = raw.Reserve();
+      switch (rng() % 4) {
+        case 0:  // a slot named a second time (in flight, free or done)
+          raw.Publish(position, static_cast<uint32_t>(rng() % kSlots));
+          break;
+        case 1:  // out of range
+          raw.Publish(position,
+                      rng() % 2 ? kNoSlot
+                                : kSlots + static_cast<uint32_t>(rng() % 1000));
+          break;
+        case 2:  // a hole for a while
+          pause_us(10000);
+          raw.Publish(position, kNoSlot);
+          break;
+        case 3:  // a stale sequence number, corrected later
+          raw.Publish(position, static_cast<uint32_t>(rng() % kSlots),
+                      position);
+          pause_us(5000);
+          raw.Publish(position, kNoSlot);
+          break;
+      }
+    }
+  });
+  chaos.detach();
+  // Waiting slots: a synchronous call each, again and again.
+  for (int lane = 0; lane < kWaiters; ++lane) {
+    std::thread([&ring, &requests, lane] {
+      for (;;) (void)(*ring)->Matmul(requests[lane], absl::Seconds(60));
+    }).detach();
+  }
+  // Notify slots: each answer sends its lane's request again (on the
+  // ring's completion thread, which queues it when no slot is free).
+  struct Lane {
+    RequestRing* ring;
+    const v1::MatmulRequest* request;
+    v1::MatmulResponse response;
+    void Send() {
+      ring->CallAsync(*request, &response, absl::Seconds(60),
+                      [this](absl::Status) { Send(); });
+    }
+  };
+  std::vector<Lane> lanes(kAsync);
+  for (int i = 0; i < kAsync; ++i) {
+    lanes[i].ring = ring->get();
+    lanes[i].request = &requests[kWaiters + i];
+    lanes[i].Send();
+  }
+  WaitForTheKill();
+}
+
 int Main(int argc, char** argv) {
   uint64_t seed = 0;
   int64_t max_dim = 0;
+  const std::string mode = argc == 6 ? argv[5] : "";
   if ((argc != 5 && argc != 6) || !absl::SimpleAtoi(argv[3], &seed) ||
       !absl::SimpleAtoi(argv[4], &max_dim) || max_dim < 1 ||
-      (argc == 6 && std::string(argv[5]) != "truncate_ring")) {
+      (argc == 6 && mode != "truncate_ring" && mode != "ring_busy")) {
     std::cerr << "usage: soak_holder TARGET SHM_PREFIX SEED MAX_DIM "
-                 "[truncate_ring]\n";
+                 "[truncate_ring|ring_busy]\n";
     return 2;
   }
-  const bool truncate_ring = argc == 6;
+  const bool truncate_ring = mode == "truncate_ring";
   if (truncate_ring) {
     struct sigaction park {};
     park.sa_handler = ParkFaultingThread;
@@ -100,6 +223,9 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Session>> session =
       Session::Open(**client, "soak_holder");
   if (!session.ok()) return Fail("OpenSession", session.status());
+  if (mode == "ring_busy") {
+    return RingBusy(**client, **session, prefix, rng, max_dim);
+  }
 
   const int64_t segment_bytes =
       int64_t{kInFlight} * 3 * (4 * max_dim * max_dim + 64) + (1 << 16);

@@ -4,9 +4,9 @@
 // unregistered or truncated in use, streams and rings dropped, processes
 // killed while they hold sessions, regions and rings). It samples the
 // daemon before and after (process identity, RSS, fds, sessions, regions,
-// rings, /dev/shm) and exits non-zero on any wrong result, unexpected
-// status, restart or leftover. tests/soak/run_soak.sh starts a daemon and
-// runs it; see --help.
+// rings, /dev/shm), and its RSS all along (rss_watch.h), and exits non-zero
+// on any wrong result, unexpected status, restart, leftover or memory
+// growth. tests/soak/run_soak.sh starts a daemon and runs it; see --help.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "client/cuda_memory.h"
@@ -37,6 +38,7 @@
 #include "common/flags_help.h"
 #include "google/protobuf/stubs/logging.h"
 #include "tests/soak/daemon_probe.h"
+#include "tests/soak/rss_watch.h"
 #include "tests/soak/soak_report.h"
 #include "tests/soak/soak_scenarios.h"
 #include "tests/soak/soak_tally.h"
@@ -60,7 +62,7 @@ ABSL_FLAG(std::string, scenarios, "all",
           "product_ring, product_stream, malformed, unparseable, "
           "oversized, cancel, "
           "deadline, unregister, truncate, stream_drop, ring_drop, kill, "
-          "product_ipc, product_vmm.");
+          "ring_chaos, ring_kill, product_ipc, product_vmm.");
 ABSL_FLAG(std::string, regions, "shm",
           "Region kinds for checked products: shm, plus ipc and/or vmm "
           "(CUDA memory; skipped with a message when no GPU is usable).");
@@ -82,6 +84,25 @@ ABSL_FLAG(int64_t, fd_slack, 0,
 ABSL_FLAG(absl::Duration, watchdog_timeout, absl::Seconds(20),
           "A GetServerInfo that takes longer (one a second) means the "
           "daemon stopped answering.");
+ABSL_FLAG(absl::Duration, rss_interval, absl::Seconds(5),
+          "How often the daemon's RSS is sampled while the clients run "
+          "(shortened so that each growth window holds three samples).");
+ABSL_FLAG(double, rss_warmup_fraction, 0.2,
+          "The part of --duration before the RSS growth rule starts.");
+ABSL_FLAG(absl::Duration, rss_window, absl::Minutes(1),
+          "The growth rule compares the mean RSS of the first window after "
+          "the warm-up with that of the last one: this long, or a tenth of "
+          "what follows the warm-up when that is shorter.");
+ABSL_FLAG(matmul::soak::Fraction, rss_max_growth, matmul::soak::Fraction{0.05},
+          "Fail when the RSS grows more than this from the first window to "
+          "the last (5% or 0.05).");
+ABSL_FLAG(absl::Duration, rss_after_load, absl::Seconds(60),
+          "How long after the clients are gone the RSS is sampled again "
+          "(the settle wait counts).");
+ABSL_FLAG(matmul::soak::Fraction, rss_max_after_load,
+          matmul::soak::Fraction{0.25},
+          "Fail when the RSS --rss_after_load after the load is more than "
+          "this above its value before the load.");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed (0: from the clock).");
 ABSL_FLAG(std::string, json_out, "", "Also write the report here as JSON.");
 
@@ -249,9 +270,11 @@ int Main(char** argv) {
   if (options.holder_path.empty()) {
     options.holder_path = DefaultHolderPath(argv[0]);
   }
-  if (std::find(enabled.begin(), enabled.end(), Scenario::kKill) !=
-          enabled.end() &&
-      access(options.holder_path.c_str(), X_OK) != 0) {
+  const bool needs_holder = std::find(enabled.begin(), enabled.end(),
+                                      Scenario::kKill) != enabled.end() ||
+                            std::find(enabled.begin(), enabled.end(),
+                                      Scenario::kRingKill) != enabled.end();
+  if (needs_holder && access(options.holder_path.c_str(), X_OK) != 0) {
     std::cerr << "matmul-soak: no holder binary at " << options.holder_path
               << " (--holder)\n";
     return 2;
@@ -291,6 +314,28 @@ int Main(char** argv) {
     workers.push_back(*std::move(worker));
   }
 
+  // The memory rules, and a sampling interval that puts three samples in
+  // each growth window.
+  RssRules& rss_rules = report.rss_rules;
+  rss_rules.warmup_fraction = absl::GetFlag(FLAGS_rss_warmup_fraction);
+  rss_rules.max_window = absl::GetFlag(FLAGS_rss_window);
+  rss_rules.max_growth = absl::GetFlag(FLAGS_rss_max_growth).value;
+  rss_rules.max_after_load = absl::GetFlag(FLAGS_rss_max_after_load).value;
+  if (rss_rules.warmup_fraction < 0 || rss_rules.warmup_fraction >= 1) {
+    std::cerr << "matmul-soak: --rss_warmup_fraction must be in [0, 1)\n";
+    return 2;
+  }
+  report.rss_interval = absl::GetFlag(FLAGS_rss_interval);
+  if (report.rss_interval <= absl::ZeroDuration()) {
+    std::cerr << "matmul-soak: --rss_interval must be positive\n";
+    return 2;
+  }
+  const absl::Duration window =
+      GrowthWindow(rss_rules, absl::GetFlag(FLAGS_duration));
+  if (report.rss_interval > window / 3) {
+    report.rss_interval = std::max(window / 3, absl::Milliseconds(250));
+  }
+
   std::cerr << "matmul-soak: " << clients << " clients for "
             << absl::FormatDuration(absl::GetFlag(FLAGS_duration)) << ": "
             << report.scenarios << "\n";
@@ -306,6 +351,22 @@ int Main(char** argv) {
   std::optional<int64_t> peak_rss = baseline.snapshot.rss_bytes;
   bool daemon_lost = false;
   const absl::Time end = start + absl::GetFlag(FLAGS_duration);
+  // The RSS series, on a thread of its own: a slow watchdog call must not
+  // stretch the interval.
+  absl::Notification load_over;
+  std::thread rss_sampler;
+  if (report.daemon_pid != 0) {
+    rss_sampler = std::thread([&] {
+      absl::Time next = start + report.rss_interval;
+      while (!load_over.WaitForNotificationWithDeadline(next)) {
+        const absl::Time now = absl::Now();
+        if (std::optional<int64_t> rss = (*probe)->SampleRss()) {
+          report.rss_series.push_back({now - start, *rss});
+        }
+        next = std::max(next + report.rss_interval, now);
+      }
+    });
+  }
   while (absl::Now() < end) {
     absl::SleepFor(std::min(absl::Seconds(1), end - absl::Now()));
     if (report.daemon_pid != 0) {
@@ -326,6 +387,15 @@ int Main(char** argv) {
     if (!ping.ok()) {
       shared.tally().Fail("watchdog", absl::StrCat("GetServerInfo: ",
                                                    ping.status().ToString()));
+    }
+  }
+  // The load ends here; its last RSS sample is taken now.
+  const absl::Duration load = absl::Now() - start;
+  load_over.Notify();
+  if (rss_sampler.joinable()) {
+    rss_sampler.join();
+    if (std::optional<int64_t> rss = (*probe)->SampleRss()) {
+      report.rss_series.push_back({load, *rss});
     }
   }
   stop = true;
@@ -349,11 +419,58 @@ int Main(char** argv) {
   if (final_snapshot.rss_bytes.has_value()) {
     peak_rss = std::max(peak_rss.value_or(0), *final_snapshot.rss_bytes);
   }
+
+  // Requests still in flight (or anything not back): what the daemon says
+  // they are, from its per-request list.
+  if (!daemon_lost &&
+      (final_snapshot.in_flight.value_or(0) > 0 ||
+       !NotBack(baseline.snapshot, final_snapshot, report.fd_slack).empty())) {
+    report.requests_dump_fetched = true;
+    absl::StatusOr<std::string> dump =
+        (*probe)->Fetch("/debug/requests", absl::Seconds(10));
+    if (dump.ok()) {
+      report.requests_dump = *std::move(dump);
+    } else {
+      report.requests_dump_error = dump.status().ToString();
+    }
+  }
+
+  // The memory a while after the load: the settle counts toward the wait.
+  std::optional<int64_t> after_load_rss;
+  bool lost_after_load = false;
+  absl::Duration after_load_wait = absl::Now() - settle_start;
+  if (!daemon_lost && report.daemon_pid != 0) {
+    const absl::Time sample_at =
+        settle_start + absl::GetFlag(FLAGS_rss_after_load);
+    if (absl::Now() < sample_at) {
+      std::cerr << "matmul-soak: sampling the daemon's RSS in "
+                << absl::FormatDuration(
+                       absl::Trunc(sample_at - absl::Now(), absl::Seconds(1)))
+                << " (--rss_after_load)\n";
+      absl::SleepFor(sample_at - absl::Now());
+    }
+    const DaemonSnapshot after = (*probe)->Sample();
+    after_load_wait = absl::Now() - settle_start;
+    if (!after.alive || after.start_ticks != baseline.snapshot.start_ticks) {
+      lost_after_load = true;  // reported below as a death or restart
+    } else {
+      after_load_rss = after.rss_bytes;
+    }
+  }
+  report.rss =
+      JudgeRss(rss_rules, baseline.snapshot.rss_bytes, report.rss_series, load,
+               after_load_rss, after_load_wait);
+  // The watchdog's samples (every second) count toward the peak too.
+  if (report.rss.peak.has_value()) {
+    peak_rss = std::max(peak_rss.value_or(0), *report.rss.peak);
+  }
+  report.rss.peak = peak_rss;
   report.peak_rss_bytes = peak_rss;
   report.totals = shared.tally().totals();
   for (const auto& [key, count] : report.totals.outcomes) {
-    if (key.first == "kill" && key.second == "killed") {
-      report.holders_killed = count;
+    if ((key.first == "kill" || key.first == "ring_kill") &&
+        key.second == "killed") {
+      report.holders_killed += count;
     }
   }
 
@@ -386,7 +503,7 @@ int Main(char** argv) {
   }
   if (report.daemon_pid != 0) {
     report.same_process =
-        final_snapshot.alive && !daemon_lost &&
+        final_snapshot.alive && !daemon_lost && !lost_after_load &&
         final_snapshot.start_ticks == baseline.snapshot.start_ticks;
     if (!report.same_process) {
       report.failures.push_back("the daemon died or restarted");
@@ -403,6 +520,9 @@ int Main(char** argv) {
   if (!report.shm_left_by_soak.empty()) {
     report.failures.push_back(absl::StrCat(
         report.shm_left_by_soak.size(), " /dev/shm entries left by the soak"));
+  }
+  for (const std::string& failure : report.rss.failures) {
+    report.failures.push_back(failure);
   }
 
   PrintReport(report, std::cout);

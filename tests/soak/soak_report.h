@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "tests/soak/daemon_probe.h"
+#include "tests/soak/rss_watch.h"
 #include "tests/soak/soak_tally.h"
 
 namespace matmul::soak {
@@ -42,6 +44,20 @@ struct SoakReport {
   std::vector<std::string> shm_left_by_soak;
   std::vector<std::string> shm_left_by_killed_holders;
   std::vector<std::string> shm_left_by_others;
+
+  // The memory rules (rss_watch.h): the bounds, the samples taken while
+  // the clients ran (every rss_interval) and what came of them.
+  RssRules rss_rules;
+  absl::Duration rss_interval;
+  std::vector<RssSample> rss_series;
+  RssFigures rss;
+
+  // GET /debug/requests (one line per request in flight), fetched when the
+  // settle ended with requests in flight or anything not back: its body,
+  // or why there is none.
+  bool requests_dump_fetched = false;
+  std::string requests_dump;
+  std::string requests_dump_error;
 
   // Why the run failed; empty: it passed.
   std::vector<std::string> failures;

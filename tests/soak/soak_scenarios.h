@@ -27,6 +27,8 @@ enum class Scenario {
   kStreamDrop,     // a MatmulStream cancelled with answers outstanding
   kRingDrop,       // a request ring detached with requests in its slots
   kKill,           // a holder process SIGKILLed with session/regions/ring
+  kRingChaos,      // a ring's queue written out of sequence, slots corrupted
+  kRingKill,       // a holder SIGKILLed with its ring busy and out of order
   kProductIpc,     // checked product on a cuda_ipc region (GPU only)
   kProductVmm,     // checked product on a cuda_vmm region (GPU only)
 };

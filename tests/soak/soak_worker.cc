@@ -135,7 +135,11 @@ void SoakWorker::Step(Scenario scenario) {
     case Scenario::kRingDrop:
       return RingDrop();
     case Scenario::kKill:
-      return Kill();
+      return Kill("kill");
+    case Scenario::kRingChaos:
+      return RingChaos();
+    case Scenario::kRingKill:
+      return Kill("ring_kill");
     case Scenario::kProductIpc:
       return ProductGpu(CudaMemory::Kind::kIpc);
     case Scenario::kProductVmm:

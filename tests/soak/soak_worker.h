@@ -145,9 +145,15 @@ class SoakWorker {
   void TruncateRing();
   void StreamDrop();
   void RingDrop();
-  void Kill();
-  // Starts soak_holder (see soak_holder.cc); its pid, or 0 (tallied).
-  pid_t SpawnHolder(bool truncate_ring);
+  // A raw-written ring of its own (soak_ring_chaos.cc).
+  void RingChaos();
+  // A holder killed 0-800 ms after it starts: `scenario` kill (products
+  // in flight) or ring_kill (its ring busy and written out of sequence).
+  void Kill(const char* scenario);
+  // How soak_holder runs (see soak_holder.cc).
+  enum class HolderMode { kProducts, kTruncateRing, kRingBusy };
+  // Starts soak_holder; its pid, or 0 (tallied under `scenario`).
+  pid_t SpawnHolder(HolderMode mode, const char* scenario);
 
   const WorkerOptions options_;
   const std::vector<Scenario> scenarios_;
