@@ -129,6 +129,15 @@ status=0
   --metrics="127.0.0.1:$port" --shm_prefix="$prefix" \
   --duration="$duration" ${soak_args[@]+"${soak_args[@]}"} || status=$?
 
+# A failed run (requests left in flight among others): the daemon's
+# threads' stacks, where gdb is installed, before it is stopped.
+if [[ $status != 0 ]] && kill -0 "$daemon_pid" 2>/dev/null &&
+   command -v gdb >/dev/null; then
+  echo "run_soak: the daemon's threads (gdb):"
+  timeout 60 gdb -batch -p "$daemon_pid" -ex "thread apply all bt" 2>&1 |
+    grep -v "^\[New LWP\|^$" | head -n 400 || true
+fi
+
 # A graceful stop: SIGTERM, every accepted request answered, exit 0 within
 # the daemon's --shutdown_grace (20 s) and the 3 s it may wait for a kernel
 # still running.

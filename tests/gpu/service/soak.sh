@@ -9,7 +9,8 @@
 #   run(command="COUNT=4 bash tests/gpu/service/soak.sh", carry=["bundle"])
 #   DURATION=570s REGIONS=shm,ipc,vmm bash tests/gpu/service/soak.sh
 #
-# Env: DURATION (default 120s), COUNT (default 1), REGIONS (default
+# Env: DURATION (default 120s), COUNT (default 1), PARALLEL (runs at once,
+# each its own daemon on the one GPU; default 1), REGIONS (default
 # shm,ipc,vmm), CLIENTS (default 64), SOAK_ARGS (more run_soak.sh flags).
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
@@ -22,20 +23,34 @@ for binary in bundle/matmul-server bundle/matmul-soak bundle/soak_holder; do
     exit 1
   fi
 done
-rc=0
-summary=()
-for i in $(seq 1 "${COUNT:-1}"); do
+one_soak() {
+  local i=$1 start run_rc=0
   start=$(date +%s)
-  run_rc=0
   # shellcheck disable=SC2086  # SOAK_ARGS is a list of flags
   bash tests/soak/run_soak.sh --server=bundle/matmul-server \
     --soak=bundle/matmul-soak --backend=cuda \
     --regions="${REGIONS:-shm,ipc,vmm}" --duration="${DURATION:-120s}" \
     --clients="${CLIENTS:-64}" --json_out="$OUT/soak_$i.json" \
     ${SOAK_ARGS:-} >"$OUT/soak_$i.log" 2>&1 || run_rc=$?
-  summary+=("soak $i: ${DURATION:-120s} on ${REGIONS:-shm,ipc,vmm}, exit $run_rc, $(($(date +%s) - start)) s in all")
-  [ "$run_rc" = 0 ] || rc=1
+  echo "soak $i: ${DURATION:-120s} on ${REGIONS:-shm,ipc,vmm}, exit $run_rc, $(($(date +%s) - start)) s in all" >"$OUT/soak_$i.summary"
+}
+count=${COUNT:-1}
+parallel=${PARALLEL:-1}
+for first in $(seq 1 "$parallel" "$count"); do
+  pids=()
+  for i in $(seq "$first" $((first + parallel - 1))); do
+    ((i <= count)) || break
+    one_soak "$i" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+done
+rc=0
+summary=()
+for i in $(seq 1 "$count"); do
   tail -n 60 "$OUT/soak_$i.log"
+  summary+=("$(cat "$OUT/soak_$i.summary")")
+  grep -q ", exit 0," "$OUT/soak_$i.summary" || rc=1
 done
 {
   for i in $(seq 1 "${COUNT:-1}"); do cat "$OUT/soak_$i.log"; done
