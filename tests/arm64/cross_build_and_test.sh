@@ -65,6 +65,7 @@ sysroot_packages=(
   libgrpc++-dev libgrpc-dev libprotobuf-dev libabsl-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libopenblas-dev libopenblas0-pthread
   nlohmann-json3-dev zlib1g-dev libssl-dev libc-ares-dev libre2-dev
+  libjemalloc-dev libjemalloc2
 )
 start_seconds=${SECONDS}
 
