@@ -270,14 +270,15 @@ int main(int argc, char** argv) {
 
   matmul::BackendOptions backend_options;
   backend_options.kind = absl::GetFlag(FLAGS_backend);
-  backend_options.cuda_device = absl::GetFlag(FLAGS_cuda_device);
+  backend_options.cuda.device = absl::GetFlag(FLAGS_cuda_device);
   backend_options.cuda_devices = absl::GetFlag(FLAGS_cuda_devices);
-  backend_options.tuning_cache = absl::GetFlag(FLAGS_tuning_cache);
+  backend_options.cuda.selector.tuning_cache =
+      absl::GetFlag(FLAGS_tuning_cache);
   backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   // One CUDA stream per worker, so that workers never wait for each other.
-  backend_options.cuda_streams =
+  backend_options.cuda.streams =
       std::max(1, absl::GetFlag(FLAGS_worker_threads));
-  backend_options.cuda_serial_min_gflop_per_sm =
+  backend_options.cuda.schedule.serial_min_gflop_per_sm =
       absl::GetFlag(FLAGS_serial_min_gflop_per_sm);
   const std::string stream_order_wait = absl::GetFlag(FLAGS_stream_order_wait);
   if (stream_order_wait != "cpu" && stream_order_wait != "gpu") {
@@ -287,10 +288,10 @@ int main(int argc, char** argv) {
                  stream_order_wait.c_str());
     return 2;
   }
-  backend_options.cuda_stream_order_waits_on_gpu = stream_order_wait == "gpu";
-  backend_options.test_only_inject_gpu_fault_after =
+  backend_options.cuda.stream_order_waits_on_gpu = stream_order_wait == "gpu";
+  backend_options.cuda.schedule.test_only_inject_fault_after =
       absl::GetFlag(FLAGS_test_only_inject_gpu_fault_after);
-  backend_options.test_only_gpu_memory_headroom_bytes =
+  backend_options.cuda.test_only_memory_headroom_bytes =
       absl::GetFlag(FLAGS_test_only_gpu_memory_headroom_bytes);
   if (backend_options.cpu_threads <= 0) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
@@ -432,23 +433,37 @@ int main(int argc, char** argv) {
                strsignal(signal_number));
   // Past the grace every request is answered, but a kernel already running
   // cannot be stopped, and a worker stuck in one would hold the exit
-  // forever (a supervisor's SIGKILL then): wait this much longer, then exit
-  // without it.
+  // forever (a supervisor's SIGKILL then): the drain and the teardown that
+  // joins the workers get this much longer together, then the daemon exits
+  // without them.
   constexpr absl::Duration kRunningKernelMargin = absl::Seconds(3);
-  const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace);
-  matmul::MatmulServer* raw = server->get();
-  absl::Notification stopped;
-  std::thread drain([raw, grace, &stopped] {
-    raw->Shutdown(grace);
-    stopped.Notify();
+  const absl::Time deadline =
+      absl::Now() + absl::GetFlag(FLAGS_shutdown_grace) + kRunningKernelMargin;
+  absl::Notification drained;
+  absl::Notification torn_down;
+  std::thread drain([&server, &drained, &torn_down] {
+    (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+    drained.Notify();
+    server->reset();
+    torn_down.Notify();
   });
-  if (!stopped.WaitForNotificationWithTimeout(grace + kRunningKernelMargin)) {
+  if (!drained.WaitForNotificationWithDeadline(deadline)) {
     std::fprintf(stderr,
                  "matmul-server: a worker is still running a product %s "
                  "after the shutdown grace; exiting without it. In flight:\n"
                  "%s",
                  absl::FormatDuration(kRunningKernelMargin).c_str(),
-                 raw->in_flight().Render().c_str());
+                 (*server)->in_flight().Render().c_str());
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
+  if (!torn_down.WaitForNotificationWithDeadline(deadline)) {
+    // Every request has its answer; only a worker's last product is left.
+    std::fprintf(stderr,
+                 "matmul-server: every request is answered, but a worker is "
+                 "still running a product %s after the shutdown grace; "
+                 "exiting without it\n",
+                 absl::FormatDuration(kRunningKernelMargin).c_str());
     std::fflush(stderr);
     std::_Exit(0);
   }

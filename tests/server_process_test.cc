@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -161,7 +162,8 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
   for (const v1::MatmulRequest& request : requests) {
     in_flight.push_back((*client)->MatmulFuture(request, absl::Seconds(120)));
   }
-  absl::SleepFor(absl::Milliseconds(200));
+  // Time for the requests to arrive, so that most are admitted.
+  absl::SleepFor(absl::Seconds(1));
   const absl::Time signalled = absl::Now();
   server.Signal(SIGTERM);
   const int status = server.Wait();
@@ -172,7 +174,7 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
   // more for it) and the exit itself, with room for a loaded machine.
   EXPECT_LT(exit_time, absl::Seconds(8)) << exit_time;
 
-  int answered = 0, given_up = 0, cancelled = 0;
+  int answered = 0, given_up = 0, never_admitted = 0;
   for (auto& future : in_flight) {
     absl::StatusOr<v1::MatmulResponse> response = future.get();
     if (response.ok()) {
@@ -182,10 +184,13 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
       EXPECT_EQ(response->c().inline_data().size(), kDim * kDim * 2);
       continue;
     }
-    // A call still arriving when gRPC's own shutdown deadline (a second
-    // after the grace) passed was never admitted: gRPC cancels it.
-    if (response.status().code() == absl::StatusCode::kCancelled) {
-      ++cancelled;
+    // A call still arriving when the drain began (on a loaded machine the
+    // 16 MB requests take a while to send) was never admitted: the client
+    // reads the daemon's GOAWAY, or gRPC cancels it at its own shutdown
+    // deadline (a second after the grace).
+    if (response.status().code() == absl::StatusCode::kCancelled ||
+        absl::StrContains(response.status().message(), "GOAWAY")) {
+      ++never_admitted;
       continue;
     }
     ++given_up;
@@ -195,7 +200,7 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
                 ::testing::HasSubstr("shutdown grace (1s) ran out"));
   }
   EXPECT_GT(given_up, 0) << answered << " answered";
-  EXPECT_EQ(answered + given_up + cancelled, kProducts);
+  EXPECT_EQ(answered + given_up + never_admitted, kProducts);
 }
 
 TEST(ServerProcessTest, BadFlagsAndBusyAddressesFailClearly) {
