@@ -55,9 +55,9 @@ const char* CodeName(const absl::Status& status) {
 // daemon's device-lost code, once the server reported the loss.
 void FaultScenario() {
   cuda::CudaBackendOptions cuda;
-  cuda.background_tuning = false;
+  cuda.selector.background_tuning = false;
   cuda.streams = 1;
-  cuda.test_only_inject_fault_after = 2;
+  cuda.schedule.test_only_inject_fault_after = 2;
   ServerOptions options = TestDaemon::DefaultOptions();
   options.executor.worker_threads = 1;
   std::atomic<int> lost{0};
@@ -105,7 +105,7 @@ TEST(GpuFaultTest, APoisonedContextStopsServingAndAnswersUnavailable) {
 TEST(GpuFaultTest, OutOfMemoryFailsThatRequestAndServingGoesOn) {
   MATMUL_SKIP_WITHOUT_GPU();
   cuda::CudaBackendOptions cuda;
-  cuda.background_tuning = false;
+  cuda.selector.background_tuning = false;
   cuda.streams = 1;
   // All but 16 MiB of the GPU's memory is taken, so a product with a
   // 32 MiB operand cannot be staged, while a small one can.

@@ -35,7 +35,7 @@ class OperandAlignmentTest : public ::testing::TestWithParam<bool> {
 #ifdef MATMUL_HAS_CUDA
       MATMUL_SKIP_WITHOUT_GPU();
       cuda::CudaBackendOptions cuda;
-      cuda.background_tuning = false;
+      cuda.selector.background_tuning = false;
       daemon_ = std::make_unique<TestDaemon>(TestDaemon::DefaultOptions(), 1,
                                              CudaBackendMaker(cuda));
 #else

@@ -149,7 +149,7 @@ class CudaStreamOrderTest : public StreamOrderTest,
   void SetUp() override {
     MATMUL_SKIP_WITHOUT_GPU();
     cuda::CudaBackendOptions cuda;
-    cuda.background_tuning = false;
+    cuda.selector.background_tuning = false;
     cuda.stream_order_waits_on_gpu = GetParam();
     Start(std::make_unique<TestDaemon>(OneWorker(), 1, CudaBackendMaker(cuda)));
     auto ring = RequestRing::Attach(daemon_->client(), *session_);

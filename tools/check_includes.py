@@ -47,6 +47,7 @@ SERVER_KERNEL_API = frozenset({
     "kernels/device_lost.h",
     "kernels/cpu/cpu_backend.h",
     "kernels/cuda/backend/cuda_backend.h",
+    "kernels/cuda/backend/cuda_backend_options.h",
 })
 
 # (folder whose files include, top folders they may not include from)

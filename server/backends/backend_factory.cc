@@ -50,7 +50,7 @@ absl::StatusOr<std::vector<std::unique_ptr<GemmBackend>>> CreateBackends(
   std::vector<std::unique_ptr<GemmBackend>> backends;
   if (devices.size() <= 1) {
     BackendOptions one = options;
-    if (!devices.empty()) one.cuda_device = devices.front();
+    if (!devices.empty()) one.cuda.device = devices.front();
     ASSIGN_OR_RETURN(std::unique_ptr<GemmBackend> backend, CreateBackend(one));
     backends.push_back(std::move(backend));
     return backends;
@@ -62,7 +62,7 @@ absl::StatusOr<std::vector<std::unique_ptr<GemmBackend>>> CreateBackends(
   for (int device : devices) {
     BackendOptions one = options;
     one.kind = "cuda";
-    one.cuda_device = device;
+    one.cuda.device = device;
     ASSIGN_OR_RETURN(std::unique_ptr<GemmBackend> backend, CreateBackend(one));
     backends.push_back(std::move(backend));
   }

@@ -9,9 +9,9 @@
 #include "common/gemm/matrix_layout.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/backend/internal/client_stream_order.h"
+#include "kernels/cuda/backend/internal/staging.h"
 #include "kernels/cuda/runtime/cuda_status.h"
 #include "kernels/cuda/runtime/device_ops.h"
-#include "kernels/cuda/backend/internal/staging.h"
 #include "kernels/gemm_batch.h"
 
 namespace matmul::cuda {
@@ -22,10 +22,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("streams is ", options.streams, "; expected >= 1"));
   }
-  if (!(options.serial_min_gflop_per_sm > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("serial_min_gflop_per_sm is ",
-                     options.serial_min_gflop_per_sm, "; expected > 0"));
+  if (!(options.schedule.serial_min_gflop_per_sm > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "serial_min_gflop_per_sm is ", options.schedule.serial_min_gflop_per_sm,
+        "; expected > 0"));
   }
   const int count = CudaDeviceCount();
   if (count == 0) {
@@ -39,25 +39,14 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options.device));
   ASSIGN_OR_RETURN(DeviceInfo info, DescribeDevice(options.device));
 
-  SelectorOptions selector_options;
-  selector_options.device = options.device;
-  selector_options.cache_path = options.tuning_cache_path;
-  selector_options.background_tuning = options.background_tuning;
-  selector_options.max_shared_bytes = options.max_shared_bytes;
-  selector_options.use_own_kernels = options.use_own_kernels;
-  selector_options.use_cublaslt = options.use_cublaslt;
   ASSIGN_OR_RETURN(std::unique_ptr<GemmSelector> selector,
-                   GemmSelector::Create(selector_options));
+                   GemmSelector::Create(options.device, options.selector));
   ASSIGN_OR_RETURN(std::unique_ptr<StreamSlotPool> slots,
                    StreamSlotPool::Create(options.device, options.streams,
                                           selector->max_workspace_bytes()));
-  ScheduleOptions schedule_options;
-  schedule_options.multiprocessors = info.multiprocessors;
-  schedule_options.serial_min_gflop_per_sm = options.serial_min_gflop_per_sm;
-  schedule_options.test_only_inject_fault_after =
-      options.test_only_inject_fault_after;
   ASSIGN_OR_RETURN(std::unique_ptr<ProductSchedule> schedule,
-                   ProductSchedule::Create(*selector, schedule_options));
+                   ProductSchedule::Create(*selector, info.multiprocessors,
+                                           options.schedule));
   auto backend = std::unique_ptr<CudaBackend>(
       new CudaBackend(options, std::move(info), std::move(selector),
                       std::move(slots), std::move(schedule)));
@@ -235,8 +224,16 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunOneOnSlot(const GemmProblem& p,
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
     absl::Span<const GemmProblem* const> problems, bool on_device) {
-  if (problems.size() == 1 || !on_device) {
-    return GemmBackend::RunBatch(problems, on_device);
+  if (problems.size() == 1) {
+    return on_device ? RunDevice(*problems[0]) : RunHost(*problems[0]);
+  }
+  if (!on_device) {
+    // Staged products: one pointer-array product, whose arrays RunHost
+    // reads from host memory and stages like any operand.
+    absl::StatusOr<CombinedProblem> combined =
+        CombinedProblem::Combine(problems);
+    if (!combined.ok()) return combined.status();
+    return RunHost(combined->problem());
   }
   // A product with a wave of 128x128 tiles of its own keeps the GPU busy
   // alone: batching buys nothing (one pointer-array launch of two such

@@ -40,51 +40,17 @@
 #include "absl/types/span.h"
 #include "common/cuda_driver_api.h"
 #include "common/gemm/gemm_problem.h"
-#include "kernels/cuda/runtime/cuda_resources.h"
-#include "kernels/cuda/runtime/device_info.h"
-#include "kernels/cuda/selector/gemm_selector.h"
+#include "kernels/cuda/backend/cuda_backend_options.h"
 #include "kernels/cuda/backend/internal/product_schedule.h"
 #include "kernels/cuda/backend/internal/stream_slots.h"
 #include "kernels/cuda/backend/internal/validate_problem.h"
+#include "kernels/cuda/runtime/cuda_resources.h"
+#include "kernels/cuda/runtime/device_info.h"
+#include "kernels/cuda/selector/gemm_selector.h"
 #include "kernels/gemm_backend.h"
 #include "kernels/gemm_batch.h"
 
 namespace matmul::cuda {
-
-struct CudaBackendOptions {
-  int device = 0;
-  // JSON file of tuned kernel choices; empty keeps them in memory only.
-  std::string tuning_cache_path;
-  // Tune shapes never seen before on a worker thread (they run with a
-  // heuristic pick meanwhile).
-  bool background_tuning = true;
-  // Shared-memory limit for the own kernels; 0 = the device's opt-in limit.
-  int max_shared_bytes = 0;
-  // Which kernel families the selector may use (both by default; turning
-  // one off is for tests and for ruling a family out in production).
-  bool use_own_kernels = true;
-  bool use_cublaslt = true;
-  // Products in flight at once (stream slots); >= 1.
-  int streams = 2;
-  // Products of at least this many GFLOP per SM run on the stream all
-  // slots share (see product_schedule.h); > 0. Products on slots share the
-  // GPU, so their kernel time includes the overlap; at this size a product
-  // fills the device alone and gains nothing from overlapping.
-  double serial_min_gflop_per_sm = 1.0;
-  // Stream-ordered products wait for their client's stream with a wait
-  // queued on the GPU instead of on a worker's CPU (client_stream_order.h
-  // weighs the two); needs the driver's stream memory operations.
-  bool stream_order_waits_on_gpu = false;
-  // TEST ONLY, for the device-lost path: the Nth product launch (from 1)
-  // runs a kernel that writes out of range instead, which poisons the CUDA
-  // context. 0: never.
-  int64_t test_only_inject_fault_after = 0;
-  // TEST ONLY, for the out-of-memory path: once set up, the backend takes
-  // all but this many bytes of the device's free memory and holds them, so
-  // that a product whose staging needs more really fails in cudaMalloc.
-  // 0: off.
-  int64_t test_only_memory_headroom_bytes = 0;
-};
 
 class CudaBackend : public GemmBackend {
  public:

@@ -59,7 +59,7 @@ TEST(CudaBackendValidation, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   options.streams = 2;
   for (double gflop : {0.0, -1.0, std::nan("")}) {
-    options.serial_min_gflop_per_sm = gflop;
+    options.schedule.serial_min_gflop_per_sm = gflop;
     EXPECT_EQ(CudaBackend::Create(options).status().code(),
               absl::StatusCode::kInvalidArgument)
         << gflop;
@@ -71,7 +71,8 @@ class CudaBackendTest : public ::testing::Test {
   void SetUp() override {
     MATMUL_SKIP_WITHOUT_GPU();
     CudaBackendOptions options;
-    options.background_tuning = false;  // heuristic picks: deterministic
+    options.selector.background_tuning =
+        false;  // heuristic picks: deterministic
     auto backend = CudaBackend::Create(options);
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = std::move(*backend);
@@ -271,12 +272,12 @@ TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
   constexpr int kThreads = 4;
   constexpr int kEach = 4;
   CudaBackendOptions options;
-  options.background_tuning = false;
+  options.selector.background_tuning = false;
   options.streams = kThreads;
   // These products are far below the default serial_min_gflop_per_sm.
   auto slots = CudaBackend::Create(options);
   ASSERT_TRUE(slots.ok()) << slots.status();
-  options.serial_min_gflop_per_sm = 1e-6;
+  options.schedule.serial_min_gflop_per_sm = 1e-6;
   auto serial = CudaBackend::Create(options);
   ASSERT_TRUE(serial.ok()) << serial.status();
   std::vector<std::thread> threads;
@@ -378,9 +379,9 @@ TEST(CudaBackendOwnKernels, RandomCasesWithSparkLimit) {
     GTEST_SKIP() << "the mma library is not part of this build";
   }
   CudaBackendOptions options;
-  options.background_tuning = false;
-  options.use_cublaslt = false;
-  options.max_shared_bytes = cuda::kSparkSharedBytes;
+  options.selector.background_tuning = false;
+  options.selector.use_cublaslt = false;
+  options.selector.max_shared_bytes = cuda::kSparkSharedBytes;
   auto backend = CudaBackend::Create(options);
   ASSERT_TRUE(backend.ok()) << backend.status();
   std::mt19937_64 rng(99);
@@ -423,9 +424,9 @@ TEST(CudaBackendAlignment, ElementAlignedOperandsGiveRightAnswers) {
        {Families{"both", true, true}, Families{"cublaslt", false, true},
         Families{"own", true, false}}) {
     CudaBackendOptions options;
-    options.background_tuning = false;
-    options.use_own_kernels = families.own;
-    options.use_cublaslt = families.cublaslt;
+    options.selector.background_tuning = false;
+    options.selector.use_own_kernels = families.own;
+    options.selector.use_cublaslt = families.cublaslt;
     auto backend = CudaBackend::Create(options);
     ASSERT_TRUE(backend.ok()) << backend.status();
     for (int64_t offset : {2, 4, 8}) {

@@ -10,8 +10,8 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/families/cublaslt_gemm.h"
-#include "kernels/cuda/families/gemm_family.h"
 #include "kernels/cuda/families/family_factory.h"
+#include "kernels/cuda/families/gemm_family.h"
 
 namespace matmul::cuda {
 

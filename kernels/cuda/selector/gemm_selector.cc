@@ -13,18 +13,21 @@
 #include "common/gemm/shape_name.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/families/cublaslt_family.h"
+#include "kernels/cuda/families/gemm_family_registry.h"
+#include "kernels/cuda/families/run_choice.h"
 #include "kernels/cuda/runtime/cuda_status.h"
 #include "kernels/cuda/selector/internal/finalist_pick.h"
-#include "kernels/cuda/families/gemm_family_registry.h"
 #include "kernels/cuda/selector/internal/timing_operands.h"
 
 namespace matmul::cuda {
 
+static_assert(SelectorOptions().cublaslt_top_k == CublasLtGemm::kDefaultTopK);
+
 absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
-    const SelectorOptions& options) {
-  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options.device));
+    int device, const SelectorOptions& options) {
+  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(device));
   FamilySettings settings;
-  settings.device = options.device;
+  settings.device = device;
   settings.max_shared_bytes = options.max_shared_bytes;
   settings.cublaslt_top_k = options.cublaslt_top_k;
   ASSIGN_OR_RETURN(std::vector<std::unique_ptr<GemmFamily>> families,
@@ -36,7 +39,7 @@ absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
     }
   }
   cudaDeviceProp prop;
-  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, options.device),
+  RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&prop, device),
                              "cudaGetDeviceProperties"));
   int driver = 0, runtime = 0;
   RETURN_IF_ERROR(
@@ -50,34 +53,36 @@ absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
       // always has: a cache tuned with them is not one tuned without.
       HasBuiltInFamily("mma") ? "|mma" : "|nomma",
       HasBuiltInFamily("hopper") ? "|hopper" : "");
-  auto selector = std::unique_ptr<GemmSelector>(new GemmSelector(
-      options, max_shared, std::move(environment), std::move(families)));
-  if (!options.cache_path.empty()) {
+  auto selector = std::unique_ptr<GemmSelector>(
+      new GemmSelector(device, options, max_shared, std::move(environment),
+                       std::move(families)));
+  if (!options.tuning_cache.empty()) {
     absl::Status loaded = selector->LoadCache();
     // A damaged or foreign cache costs a re-tune, not the service.
     if (!loaded.ok()) {
       std::fprintf(stderr, "GemmSelector: ignoring cache %s: %s\n",
-                   options.cache_path.c_str(), loaded.ToString().c_str());
+                   options.tuning_cache.c_str(), loaded.ToString().c_str());
     }
   }
   if (options.background_tuning) {
     GemmSelector* raw = selector.get();
     selector->tuner_ = std::make_unique<BackgroundTuner>(
-        options.device, [raw](const GemmProblem& canonical) {
+        device, [raw](const GemmProblem& canonical) {
           return raw->Tune(canonical).status();
         });
   }
   return selector;
 }
 
-GemmSelector::GemmSelector(const SelectorOptions& options, int max_shared_bytes,
-                           std::string environment,
+GemmSelector::GemmSelector(int device, const SelectorOptions& options,
+                           int max_shared_bytes, std::string environment,
                            std::vector<std::unique_ptr<GemmFamily>> families)
-    : options_(options),
+    : device_(device),
+      options_(options),
       max_shared_bytes_(max_shared_bytes),
       environment_(environment),
       families_(std::move(families)),
-      cache_(options.cache_path, std::move(environment)) {}
+      cache_(options.tuning_cache, std::move(environment)) {}
 
 GemmSelector::~GemmSelector() {
   // Stop the worker before the families and choices it uses go.
@@ -184,17 +189,6 @@ absl::StatusOr<KernelChoice> GemmSelector::Choose(const GemmProblem& problem) {
   return choice;
 }
 
-absl::Status GemmSelector::RunChoice(const KernelChoice& choice,
-                                     const GemmProblem& problem,
-                                     cudaStream_t stream,
-                                     DeviceBuffer& workspace) {
-  GemmFamily& family = *choice.family;
-  ASSIGN_OR_RETURN(size_t bytes, family.WorkspaceBytes(choice, problem));
-  RETURN_IF_ERROR(workspace.Reserve(bytes));
-  return family.Run(choice, problem, stream, workspace.data(),
-                    workspace.size());
-}
-
 absl::StatusOr<KernelChoice> GemmSelector::Run(const GemmProblem& problem,
                                                cudaStream_t stream,
                                                DeviceBuffer& workspace) {
@@ -216,11 +210,10 @@ absl::StatusOr<KernelChoice> GemmSelector::Resolve(const GemmProblem& problem) {
 absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeCandidates(
     const GemmProblem& problem) {
   const GemmProblem canonical = CanonicalProblem(problem);
-  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options_.device));
+  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(device_));
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
-  ASSIGN_OR_RETURN(
-      TimingOperands data,
-      TimingOperands::Create(canonical, options_.device, stream.get()));
+  ASSIGN_OR_RETURN(TimingOperands data,
+                   TimingOperands::Create(canonical, device_, stream.get()));
   // Candidates are checked against a real instance: kernels reject null
   // pointers, and alignment decides some of them.
   const GemmProblem& probe = data.problem(0);
@@ -269,11 +262,10 @@ absl::StatusOr<std::vector<CandidateTiming>> GemmSelector::TimeChoices(
   const GemmProblem canonical = CanonicalProblem(problem);
   std::vector<CandidateTiming> timings(choices.size());
   if (choices.empty()) return timings;
-  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options_.device));
+  ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(device_));
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
-  ASSIGN_OR_RETURN(
-      TimingOperands data,
-      TimingOperands::Create(canonical, options_.device, stream.get()));
+  ASSIGN_OR_RETURN(TimingOperands data,
+                   TimingOperands::Create(canonical, device_, stream.get()));
   DeviceBuffer workspace;
   CandidateTimer timer(stream.get());
   // One launch per choice, all rotating through the same operand copies.
@@ -354,7 +346,7 @@ absl::StatusOr<KernelChoice> GemmSelector::Tune(
     absl::MutexLock lock(&mu_);
     choices_[Key(problem)] = choice;
   }
-  if (!options_.cache_path.empty()) RETURN_IF_ERROR(SaveCache());
+  if (!options_.tuning_cache.empty()) RETURN_IF_ERROR(SaveCache());
   return choice;
 }
 
@@ -382,7 +374,7 @@ absl::Status GemmSelector::LoadCache() {
 }
 
 absl::Status GemmSelector::SaveCache() {
-  if (options_.cache_path.empty()) return absl::OkStatus();
+  if (options_.tuning_cache.empty()) return absl::OkStatus();
   std::vector<TunedEntry> entries;
   {
     absl::MutexLock lock(&mu_);

@@ -36,41 +36,16 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/gemm/gemm_problem.h"
-#include "kernels/cuda/selector/internal/background_tuner.h"
-#include "kernels/cuda/selector/candidate_timer.h"
 #include "kernels/cuda/families/cublaslt_gemm.h"
-#include "kernels/cuda/runtime/cuda_resources.h"
 #include "kernels/cuda/families/gemm_family.h"
+#include "kernels/cuda/runtime/cuda_resources.h"
+#include "kernels/cuda/selector/candidate_timer.h"
+#include "kernels/cuda/selector/internal/background_tuner.h"
 #include "kernels/cuda/selector/internal/selector_key.h"
 #include "kernels/cuda/selector/internal/tuning_cache.h"
+#include "kernels/cuda/selector/selector_options.h"
 
 namespace matmul::cuda {
-
-struct SelectorOptions {
-  int device = 0;
-  // JSON file of tuned choices; empty keeps them in memory only.
-  std::string cache_path;
-  // Tune unknown keys on a worker thread (otherwise they keep the heuristic
-  // pick until Tune() is called).
-  bool background_tuning = true;
-  // Per-block shared memory limit for own configs; 0 reads the device's
-  // opt-in limit. Setting 101376 imposes the GB10's limit on any GPU.
-  int max_shared_bytes = 0;
-  int cublaslt_top_k = CublasLtGemm::kDefaultTopK;
-  // Which families the selector may use: the own kernels ("mma",
-  // "hopper") and cuBLASLt ("cublaslt").
-  bool use_own_kernels = true;
-  bool use_cublaslt = true;
-  // Timing effort per candidate: at least min_iterations timed runs, more
-  // up to max_iterations while under target_seconds of device time.
-  int warmup_iterations = 3;
-  int min_iterations = 10;
-  int max_iterations = 100;
-  double target_seconds = 0.025;
-  // How much faster than cuBLASLt's finalist an own kernel must time to be
-  // picked over it (finalist_pick.h); 0.02 = 2%.
-  double own_kernel_margin = 0.02;
-};
 
 // The timing of one candidate on one key.
 struct CandidateTiming {
@@ -87,8 +62,9 @@ struct CandidateTiming {
 
 class GemmSelector {
  public:
+  // A selector for CUDA device `device`.
   static absl::StatusOr<std::unique_ptr<GemmSelector>> Create(
-      const SelectorOptions& options);
+      int device, const SelectorOptions& options);
   // Stops the worker (an in-flight tuning finishes first).
   ~GemmSelector();
   GemmSelector(const GemmSelector&) = delete;
@@ -101,7 +77,7 @@ class GemmSelector {
   }
   // "NVIDIA H200|cc9.0|driver13000|cudart13000|cublaslt130100|mma".
   const std::string& environment() const { return environment_; }
-  int device() const { return options_.device; }
+  int device() const { return device_; }
   int max_shared_bytes() const { return max_shared_bytes_; }
   // The kernel families of this build, in the order their candidates are
   // listed and timed (see gemm_family_registry.h).
@@ -137,14 +113,10 @@ class GemmSelector {
   absl::StatusOr<std::vector<CandidateTiming>> TimeChoices(
       const GemmProblem& problem, const std::vector<KernelChoice>& choices);
 
-  // Runs `choice` on `problem` (device pointers) on `stream`; grows
-  // `workspace` when the kernel needs more.
-  absl::Status RunChoice(const KernelChoice& choice, const GemmProblem& problem,
-                         cudaStream_t stream, DeviceBuffer& workspace);
-
   // Choose(), then a fallback when the chosen kernel cannot take this
   // particular instance (e.g. pointer alignment, a column-major C); leaves
-  // nothing to set up on the host for the launch that follows.
+  // nothing to set up on the host for the launch that follows. The caller
+  // runs it (families/run_choice.h).
   absl::StatusOr<KernelChoice> Resolve(const GemmProblem& problem);
 
   // Resolve() + RunChoice(); when the chosen kernel cannot take this
@@ -176,7 +148,7 @@ class GemmSelector {
   TuningCounts tuning_counts() const;
 
  private:
-  GemmSelector(const SelectorOptions& options, int max_shared_bytes,
+  GemmSelector(int device, const SelectorOptions& options, int max_shared_bytes,
                std::string environment,
                std::vector<std::unique_ptr<GemmFamily>> families);
 
@@ -188,6 +160,7 @@ class GemmSelector {
   absl::Status CanRun(const KernelChoice& choice, const GemmProblem& problem);
   TimingEffort Effort() const;
 
+  const int device_;
   const SelectorOptions options_;
   const int max_shared_bytes_;
   const std::string environment_;

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/families/gemm_family.h"
+#include "kernels/cuda/families/run_choice.h"
 #include "kernels/cuda/testing/gpu_test_util.h"
 #include "nlohmann/json.hpp"
 
@@ -78,7 +79,7 @@ class GemmSelectorTest : public ::testing::Test {
 };
 
 TEST_F(GemmSelectorTest, TunePicksTheFastestCandidate) {
-  auto selector = GemmSelector::Create(QuickOptions());
+  auto selector = GemmSelector::Create(0, QuickOptions());
   ASSERT_TRUE(selector.ok()) << selector.status();
   GemmProblem p = ShapeOnly(256, 512, 384, true);
   auto timings = (*selector)->TimeCandidates(p);
@@ -109,7 +110,7 @@ TEST_F(GemmSelectorTest, EveryCandidateComputesTheRightProduct) {
   // With the GB10 limit imposed, as the Spark would run.
   SelectorOptions options = QuickOptions();
   options.max_shared_bytes = kSparkSharedBytes;
-  auto selector = GemmSelector::Create(options);
+  auto selector = GemmSelector::Create(0, options);
   ASSERT_TRUE(selector.ok()) << selector.status();
   for (bool transposed : {false, true}) {
     ProblemSpec spec;
@@ -128,9 +129,8 @@ TEST_F(GemmSelectorTest, EveryCandidateComputesTheRightProduct) {
       host = MakeHostProblem(spec, rng_);
       auto device = ::matmul::cuda::testing::Upload(host);
       ASSERT_TRUE(device.ok());
-      ASSERT_TRUE((*selector)
-                      ->RunChoice(t.choice, device->problem, nullptr, workspace)
-                      .ok());
+      ASSERT_TRUE(
+          RunChoice(t.choice, device->problem, nullptr, workspace).ok());
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       ASSERT_TRUE(::matmul::cuda::testing::Download(*device, host).ok());
       EXPECT_LT(::matmul::cuda::testing::CheckError(host), 1e-2);
@@ -142,10 +142,10 @@ TEST_F(GemmSelectorTest, CacheRoundTripsThroughJson) {
   const std::string path = TempPath("selector_cache");
   std::filesystem::remove(path);
   SelectorOptions options = QuickOptions();
-  options.cache_path = path;
+  options.tuning_cache = path;
   std::string nn_name, nt_name;
   {
-    auto selector = GemmSelector::Create(options);
+    auto selector = GemmSelector::Create(0, options);
     ASSERT_TRUE(selector.ok()) << selector.status();
     auto nn = (*selector)->Tune(ShapeOnly(128, 256, 64, false));
     auto nt = (*selector)->Tune(ShapeOnly(128, 256, 64, true));
@@ -158,7 +158,7 @@ TEST_F(GemmSelectorTest, CacheRoundTripsThroughJson) {
   ASSERT_EQ(root["format"], 1);
   ASSERT_EQ(root["environments"].size(), 1u);
   {
-    auto selector = GemmSelector::Create(options);
+    auto selector = GemmSelector::Create(0, options);
     ASSERT_TRUE(selector.ok());
     EXPECT_EQ((*selector)->tuned_count(), 2u);
     auto nn = (*selector)->Choose(ShapeOnly(128, 256, 64, false));
@@ -171,7 +171,7 @@ TEST_F(GemmSelectorTest, CacheRoundTripsThroughJson) {
   }
   // A damaged file costs a re-tune, not the service.
   { std::ofstream(path) << "{ not json"; }
-  auto selector = GemmSelector::Create(options);
+  auto selector = GemmSelector::Create(0, options);
   ASSERT_TRUE(selector.ok());
   EXPECT_EQ((*selector)->tuned_count(), 0u);
   std::filesystem::remove(path);
@@ -180,7 +180,7 @@ TEST_F(GemmSelectorTest, CacheRoundTripsThroughJson) {
 TEST_F(GemmSelectorTest, UnknownShapesAreTunedInTheBackground) {
   SelectorOptions options = QuickOptions();
   options.background_tuning = true;
-  auto selector = GemmSelector::Create(options);
+  auto selector = GemmSelector::Create(0, options);
   ASSERT_TRUE(selector.ok());
   GemmProblem p = ShapeOnly(96, 160, 224, true);
   auto first = (*selector)->Choose(p);
@@ -193,7 +193,7 @@ TEST_F(GemmSelectorTest, UnknownShapesAreTunedInTheBackground) {
 }
 
 TEST_F(GemmSelectorTest, RunFallsBackWhenTheChoiceCannotTakeTheInstance) {
-  auto selector = GemmSelector::Create(QuickOptions());
+  auto selector = GemmSelector::Create(0, QuickOptions());
   ASSERT_TRUE(selector.ok());
   // Odd sizes, padding and an unaligned batch stride.
   ProblemSpec spec;

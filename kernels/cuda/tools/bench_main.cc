@@ -145,16 +145,15 @@ absl::Status Main() {
   }
 
   SelectorOptions options;
-  options.device = absl::GetFlag(FLAGS_device);
   options.background_tuning = false;
-  options.cache_path = absl::GetFlag(FLAGS_tuning_cache);
+  options.tuning_cache = absl::GetFlag(FLAGS_tuning_cache);
   options.max_shared_bytes = absl::GetFlag(FLAGS_max_shared_bytes);
   options.target_seconds = absl::GetFlag(FLAGS_target_ms) * 1e-3;
   options.min_iterations = absl::GetFlag(FLAGS_min_iterations);
   options.max_iterations = absl::GetFlag(FLAGS_max_iterations);
   options.warmup_iterations = absl::GetFlag(FLAGS_warmup);
   ASSIGN_OR_RETURN(std::unique_ptr<GemmSelector> selector,
-                   GemmSelector::Create(options));
+                   GemmSelector::Create(absl::GetFlag(FLAGS_device), options));
   std::string family_list;
   for (const auto& family : selector->families()) {
     absl::StrAppend(&family_list, family_list.empty() ? "" : ", ",
@@ -267,7 +266,7 @@ absl::Status Main() {
                          choice.name.c_str());
           };
           ASSIGN_OR_RETURN(std::vector<SustainedResult> results,
-                           RunSustained(*selector, choices, p, options));
+                           RunSustained(choices, p, options));
           for (size_t i = 0; i < results.size(); ++i) {
             row.sustained.push_back(
                 {sustained_kernels[i], table_tflops[i], std::move(results[i])});

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/status_macros.h"
+#include "kernels/cuda/families/run_choice.h"
 #include "kernels/cuda/runtime/cuda_resources.h"
 #include "kernels/cuda/runtime/cuda_status.h"
 #include "kernels/cuda/runtime/device_ops.h"
@@ -37,8 +38,7 @@ absl::StatusOr<Operands> MakeOperands(const GemmProblem& p, int sets,
 
 // One kernel's warm-up and phases over `products` (one per operand set),
 // on a stream of its own.
-absl::StatusOr<SustainedResult> RunOne(GemmSelector& selector,
-                                       const KernelChoice& choice,
+absl::StatusOr<SustainedResult> RunOne(const KernelChoice& choice,
                                        const GemmProblem& problem,
                                        const std::vector<GemmProblem>& products,
                                        const SustainedOptions& options) {
@@ -47,7 +47,7 @@ absl::StatusOr<SustainedResult> RunOne(GemmSelector& selector,
   int64_t launched = 0;
   auto launch = [&]() -> absl::Status {
     const GemmProblem& p = products[launched++ % options.operand_sets];
-    return selector.RunChoice(choice, p, stream.get(), workspace);
+    return RunChoice(choice, p, stream.get(), workspace);
   };
 
   // Twenty products timed to size the phases, then a warm-up as long as a
@@ -83,8 +83,8 @@ absl::StatusOr<SustainedResult> RunOne(GemmSelector& selector,
   }
   // Each slot's first call sets up its workspace, untimed.
   for (int i = 0; i < options.operand_sets; ++i) {
-    RETURN_IF_ERROR(selector.RunChoice(
-        choice, products[i], slots[i].stream.get(), slots[i].workspace));
+    RETURN_IF_ERROR(RunChoice(choice, products[i], slots[i].stream.get(),
+                              slots[i].workspace));
   }
 
   enum class Mode { kBackToBack, kTimingEvent, kPlainEvent, kStreams };
@@ -104,7 +104,7 @@ absl::StatusOr<SustainedResult> RunOne(GemmSelector& selector,
         const GemmProblem& p = products[i % options.operand_sets];
         RETURN_IF_ERROR(slot.start.Record(slot.stream.get()));
         RETURN_IF_ERROR(
-            selector.RunChoice(choice, p, slot.stream.get(), slot.workspace));
+            RunChoice(choice, p, slot.stream.get(), slot.workspace));
         RETURN_IF_ERROR(slot.stop.Record(slot.stream.get()));
         continue;
       }
@@ -150,8 +150,8 @@ absl::Status CheckSustainedOptions(const SustainedOptions& options) {
 }
 
 absl::StatusOr<std::vector<SustainedResult>> RunSustained(
-    GemmSelector& selector, const std::vector<KernelChoice>& choices,
-    const GemmProblem& problem, const SustainedOptions& options) {
+    const std::vector<KernelChoice>& choices, const GemmProblem& problem,
+    const SustainedOptions& options) {
   RETURN_IF_ERROR(CheckSustainedOptions(options));
   ASSIGN_OR_RETURN(CudaStream stream, CudaStream::Create());
   ASSIGN_OR_RETURN(Operands operands,
@@ -169,7 +169,7 @@ absl::StatusOr<std::vector<SustainedResult>> RunSustained(
   for (const KernelChoice& choice : choices) {
     if (options.on_kernel_start) options.on_kernel_start(choice);
     ASSIGN_OR_RETURN(SustainedResult result,
-                     RunOne(selector, choice, problem, products, options));
+                     RunOne(choice, problem, products, options));
     results.push_back(std::move(result));
   }
   return results;

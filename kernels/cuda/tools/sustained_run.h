@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/gemm/gemm_problem.h"
-#include "kernels/cuda/selector/gemm_selector.h"
+#include "kernels/cuda/families/gemm_family.h"
 
 namespace matmul::cuda {
 
@@ -47,8 +47,8 @@ absl::Status CheckSustainedOptions(const SustainedOptions& options);
 // warm-up of its own, on a stream of its own. One result per choice, in
 // order.
 absl::StatusOr<std::vector<SustainedResult>> RunSustained(
-    GemmSelector& selector, const std::vector<KernelChoice>& choices,
-    const GemmProblem& problem, const SustainedOptions& options);
+    const std::vector<KernelChoice>& choices, const GemmProblem& problem,
+    const SustainedOptions& options);
 
 }  // namespace matmul::cuda
 

@@ -127,14 +127,13 @@ absl::Status Main() {
     return absl::UnavailableError("no CUDA device: nothing to tune");
   }
   SelectorOptions options;
-  options.device = absl::GetFlag(FLAGS_device);
-  options.cache_path = absl::GetFlag(FLAGS_cache);
+  options.tuning_cache = absl::GetFlag(FLAGS_cache);
   options.background_tuning = false;
   options.max_shared_bytes = absl::GetFlag(FLAGS_max_shared_bytes);
   ASSIGN_OR_RETURN(std::unique_ptr<GemmSelector> selector,
-                   GemmSelector::Create(options));
+                   GemmSelector::Create(absl::GetFlag(FLAGS_device), options));
   std::fprintf(stderr, "matmul-tune: %s -> %s\n",
-               selector->environment().c_str(), options.cache_path.c_str());
+               selector->environment().c_str(), options.tuning_cache.c_str());
   const absl::Time start = absl::Now();
   size_t tuned = 0, skipped = 0;
   for (size_t i = 0; i < problems.size(); ++i) {

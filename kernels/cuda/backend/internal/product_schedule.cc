@@ -4,21 +4,23 @@
 #include <utility>
 
 #include "common/status_macros.h"
+#include "kernels/cuda/families/run_choice.h"
 #include "kernels/cuda/runtime/cuda_status.h"
 #include "kernels/cuda/runtime/device_ops.h"
 
 namespace matmul::cuda {
 
 absl::StatusOr<std::unique_ptr<ProductSchedule>> ProductSchedule::Create(
-    GemmSelector& selector, const ScheduleOptions& options) {
+    GemmSelector& selector, int multiprocessors,
+    const ScheduleOptions& options) {
   ASSIGN_OR_RETURN(CudaStream serial_stream, CudaStream::Create());
-  return std::unique_ptr<ProductSchedule>(
-      new ProductSchedule(selector, options, std::move(serial_stream)));
+  return std::unique_ptr<ProductSchedule>(new ProductSchedule(
+      selector, multiprocessors, options, std::move(serial_stream)));
 }
 
 bool ProductSchedule::RunsSerially(const GemmProblem& p) const {
-  return p.flops() >= options_.serial_min_gflop_per_sm * 1e9 *
-                          std::max(1, options_.multiprocessors);
+  return p.flops() >=
+         options_.serial_min_gflop_per_sm * 1e9 * std::max(1, multiprocessors_);
 }
 
 absl::Status ProductSchedule::LaunchProduct(const KernelChoice& choice,
@@ -30,7 +32,7 @@ absl::Status ProductSchedule::LaunchProduct(const KernelChoice& choice,
           options_.test_only_inject_fault_after) {
     return LaunchOutOfRangeWrite(stream);
   }
-  return selector_.RunChoice(choice, problem, stream, workspace);
+  return RunChoice(choice, problem, stream, workspace);
 }
 
 absl::StatusOr<GemmRunInfo> ProductSchedule::RunTimed(

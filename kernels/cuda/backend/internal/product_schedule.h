@@ -22,28 +22,21 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/gemm/gemm_problem.h"
+#include "kernels/cuda/backend/internal/schedule_options.h"
+#include "kernels/cuda/backend/internal/stream_slots.h"
 #include "kernels/cuda/runtime/cuda_resources.h"
 #include "kernels/cuda/selector/gemm_selector.h"
-#include "kernels/cuda/backend/internal/stream_slots.h"
 #include "kernels/gemm_backend.h"
 
 namespace matmul::cuda {
 
-struct ScheduleOptions {
-  // The device's multiprocessors (for GFLOP per SM).
-  int multiprocessors = 1;
-  // Products of at least this many GFLOP per SM run on the shared stream.
-  double serial_min_gflop_per_sm = 1.0;
-  // TEST ONLY: the Nth product launch (from 1) runs a kernel that writes
-  // out of range instead (see CudaBackendOptions). 0: never.
-  int64_t test_only_inject_fault_after = 0;
-};
-
 class ProductSchedule {
  public:
-  // Creates the shared stream on the current device.
+  // Creates the shared stream on the current device, which has
+  // `multiprocessors` SMs (for GFLOP per SM).
   static absl::StatusOr<std::unique_ptr<ProductSchedule>> Create(
-      GemmSelector& selector, const ScheduleOptions& options);
+      GemmSelector& selector, int multiprocessors,
+      const ScheduleOptions& options);
 
   // Work queued on a slot's stream after a product (a scatter of its
   // output).
@@ -78,9 +71,10 @@ class ProductSchedule {
                                        const Queued& queued = nullptr);
 
  private:
-  ProductSchedule(GemmSelector& selector, const ScheduleOptions& options,
-                  CudaStream serial_stream)
+  ProductSchedule(GemmSelector& selector, int multiprocessors,
+                  const ScheduleOptions& options, CudaStream serial_stream)
       : selector_(selector),
+        multiprocessors_(multiprocessors),
         options_(options),
         serial_stream_(std::move(serial_stream)) {}
 
@@ -97,6 +91,7 @@ class ProductSchedule {
                              DeviceBuffer& workspace);
 
   GemmSelector& selector_;
+  const int multiprocessors_;
   const ScheduleOptions options_;
   const CudaStream serial_stream_;
   // Events that mark where products start and end on the shared stream,

@@ -11,9 +11,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/cuda/runtime/cuda_status.h"
 #include "kernels/cuda/families/gemm_family.h"
 #include "kernels/cuda/families/optional_families.h"
+#include "kernels/cuda/runtime/cuda_status.h"
 #include "kernels/mma/mma_gemm.h"
 
 namespace matmul::cuda {

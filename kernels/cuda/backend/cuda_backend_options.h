@@ -1,0 +1,35 @@
+// What a CudaBackend is made with: one struct per concern, nested, so that
+// a setting keeps one name from the daemon's flag to where it is used
+// (--tuning_cache is BackendOptions::cuda.selector.tuning_cache). CUDA-free,
+// for server/backends.
+#ifndef MATMUL_KERNELS_CUDA_BACKEND_CUDA_BACKEND_OPTIONS_H_
+#define MATMUL_KERNELS_CUDA_BACKEND_CUDA_BACKEND_OPTIONS_H_
+
+#include <cstdint>
+
+#include "kernels/cuda/backend/internal/schedule_options.h"
+#include "kernels/cuda/selector/selector_options.h"
+
+namespace matmul::cuda {
+
+struct CudaBackendOptions {
+  int device = 0;
+  // Which kernel runs each shape, and how it is tuned.
+  SelectorOptions selector;
+  ScheduleOptions schedule;
+  // Products in flight at once (stream slots); >= 1.
+  int streams = 2;
+  // Stream-ordered products wait for their client's stream with a wait
+  // queued on the GPU instead of on a worker's CPU (client_stream_order.h
+  // weighs the two); needs the driver's stream memory operations.
+  bool stream_order_waits_on_gpu = false;
+  // TEST ONLY, for the out-of-memory path: once set up, the backend takes
+  // all but this many bytes of the device's free memory and holds them, so
+  // that a product whose staging needs more really fails in cudaMalloc.
+  // 0: off.
+  int64_t test_only_memory_headroom_bytes = 0;
+};
+
+}  // namespace matmul::cuda
+
+#endif  // MATMUL_KERNELS_CUDA_BACKEND_CUDA_BACKEND_OPTIONS_H_
