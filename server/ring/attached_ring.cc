@@ -1,6 +1,7 @@
 #include "server/ring/attached_ring.h"
 
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 
@@ -59,7 +60,7 @@ AttachedRing::AttachedRing(std::unique_ptr<ShmRegion> mapping,
       base_(mapping_->host_data()),
       slot_count_(slot_count),
       slot_bytes_(slot_bytes),
-      taken_(std::make_unique<std::atomic<bool>[]>(slot_count)) {}
+      holder_(std::make_unique<std::atomic<uint8_t>[]>(slot_count)) {}
 
 absl::Status AttachedRing::FaultedStatus() const {
   return absl::FailedPreconditionError(
@@ -80,14 +81,32 @@ std::optional<uint32_t> AttachedRing::Take() {
     }
     const uint32_t slot = ring::LoadOnce(entry.slot);
     ++head_;
-    if (slot < slot_count_ &&
-        SlotAt(slot)->state.load(std::memory_order_acquire) ==
-            ring::kSubmitted &&
-        !taken_[slot].exchange(true)) {
-      return slot;
-    }
+    if (slot < slot_count_ && TakeIfSubmitted(slot)) return slot;
   }
   return std::nullopt;
+}
+
+bool AttachedRing::TakeIfSubmitted(uint32_t slot) {
+  const std::atomic<uint32_t>& state = SlotAt(slot)->state;
+  std::atomic<uint8_t>& holder = holder_[slot];
+  for (;;) {
+    if (state.load(std::memory_order_acquire) != ring::kSubmitted) {
+      return false;
+    }
+    uint8_t held = kIdle;
+    if (holder.compare_exchange_strong(held, kTaken)) {
+      // An answer may have come and gone between the two: taken only if
+      // the slot is still submitted now that nobody else can answer it.
+      if (state.load() == ring::kSubmitted) return true;
+      holder.store(kIdle);
+      return false;
+    }
+    // Taken and running: this is a second publication of it.
+    if (held == kTaken) return false;
+    // Being answered: kDone is stored or about to be; the state read after
+    // the answer tells a second publication from the next submission.
+    while (holder.load() == kAnswering) std::this_thread::yield();
+  }
 }
 
 void AttachedRing::WaitForDoorbell(absl::Duration timeout) {
@@ -152,13 +171,13 @@ void AttachedRing::Complete(uint32_t slot, const v1::MatmulResponse& response) {
     header->response_bytes = static_cast<uint32_t>(too_big.ByteSizeLong());
   }
   const bool notify = ring::LoadOnce(header->notify) != 0;
-  // Free for the next submission before the client can see it done.
-  taken_[slot].store(false);
+  holder_[slot].store(kAnswering);
   // Release: the response and response_bytes before the state the client
   // acquires. seq_cst: ordered before the client_waiting load (Dekker with
   // the client's client_waiting store and state load; weaker could lose
   // its wake-up).
   header->state.store(ring::kDone);
+  holder_[slot].store(kIdle);
   if (!notify) {
     if (header->client_waiting.load() != 0) ring::FutexWakeAll(header->state);
     return;

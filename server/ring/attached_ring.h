@@ -77,6 +77,9 @@ class AttachedRing {
                uint32_t slot_bytes);
 
   ring::SlotHeader* SlotAt(uint32_t index) const;
+  // Take's claim of one published slot: true when it is in kSubmitted and
+  // no product of it is running or being answered.
+  bool TakeIfSubmitted(uint32_t slot);
 
   const std::unique_ptr<ShmRegion> mapping_;
   void* const base_;
@@ -85,8 +88,14 @@ class AttachedRing {
   uint64_t head_ = 0;    // our own queue head: never read from the mapping
   std::string scratch_;  // ReadRequest's copy of a request, reused
   std::atomic<bool> client_gone_{false};
-  // Slots taken and not yet completed: a slot published twice runs once.
-  const std::unique_ptr<std::atomic<bool>[]> taken_;
+  // Who holds each slot on the daemon's side, so that a slot published
+  // twice runs once. Complete marks kDone in the slot while it still holds
+  // it (kAnswering), then lets go: a second publication seen in between
+  // cannot take the slot again, and a client's next submission of it,
+  // which may follow kDone at once, waits out those few stores instead of
+  // being skipped.
+  enum Holder : uint8_t { kIdle, kTaken, kAnswering };
+  const std::unique_ptr<std::atomic<uint8_t>[]> holder_;
 };
 
 }  // namespace matmul

@@ -122,6 +122,38 @@ TEST(AttachedRingTest, ASlotRunsOnceUntilCompleted) {
   EXPECT_EQ((*ring)->Take(), std::optional<uint32_t>(3));
 }
 
+// A client that publishes a slot twice while its answer is being written
+// (the soak's ring_chaos found it): the second publication must not take
+// the slot again, which would parse the answer as a request and overwrite
+// the good answer with INVALID_ARGUMENT. Each round publishes the slot a
+// second time and takes, over and over, while another thread answers it.
+TEST(AttachedRingTest, ASecondPublicationDuringTheAnswerIsNotTaken) {
+  HandMadeRing made;
+  auto ring = AttachedRing::Open(made.Request(), "matmul", ThisProcess());
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  const absl::Time end = absl::Now() + absl::Milliseconds(500);
+  int rounds = 0, taken_again = 0;
+  for (; absl::Now() < end || rounds < 1000; ++rounds) {
+    made.Slot(1)->state.store(ring::kSubmitted);
+    made.Submit(1);
+    ASSERT_EQ((*ring)->Take(), std::optional<uint32_t>(1)) << rounds;
+    std::atomic<bool> answered{false};
+    std::thread answer([&] {
+      (*ring)->Complete(1, v1::MatmulResponse());
+      answered.store(true);
+    });
+    while (!answered.load()) {
+      made.Submit(1);
+      if ((*ring)->Take().has_value()) ++taken_again;
+    }
+    answer.join();
+    made.Submit(1);
+    if ((*ring)->Take().has_value()) ++taken_again;
+    ASSERT_EQ(made.Slot(1)->state.load(), ring::kDone);
+  }
+  EXPECT_EQ(taken_again, 0) << "in " << rounds << " rounds";
+}
+
 TEST(AttachedRingTest, CompleteWritesTheResponseOrSaysItDoesNotFit) {
   HandMadeRing made;
   auto ring = AttachedRing::Open(made.Request(), "matmul", ThisProcess());
