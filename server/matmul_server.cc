@@ -271,9 +271,10 @@ void MatmulServer::Shutdown(absl::Duration grace) {
     service_->CloseAllSessions();
     // Waits for calls in progress (whose products the executor is still
     // running); past its deadline gRPC cancels what remains. The give-up
-    // above answers them first, so that their clients read why.
+    // above answers them first, and the answers get two seconds to leave
+    // (a loaded machine needs them), so that their clients read why.
     server_->Shutdown(
-        absl::ToChronoTime(absl::Now() + grace + absl::Seconds(1)));
+        absl::ToChronoTime(absl::Now() + grace + absl::Seconds(2)));
   }
   for (DeviceLane& lane : lanes_) lane.executor->Shutdown();
   if (server_ != nullptr) server_->Wait();

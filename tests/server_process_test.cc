@@ -187,7 +187,7 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
     // A call still arriving when the drain began (on a loaded machine the
     // 16 MB requests take a while to send) was never admitted: the client
     // reads the daemon's GOAWAY, or gRPC cancels it at its own shutdown
-    // deadline (a second after the grace).
+    // deadline (two seconds after the grace).
     if (response.status().code() == absl::StatusCode::kCancelled ||
         absl::StrContains(response.status().message(), "GOAWAY")) {
       ++never_admitted;
