@@ -439,15 +439,24 @@ int main(int argc, char** argv) {
   constexpr absl::Duration kRunningKernelMargin = absl::Seconds(3);
   const absl::Time deadline =
       absl::Now() + absl::GetFlag(FLAGS_shutdown_grace) + kRunningKernelMargin;
-  absl::Notification drained;
+  // The main thread may give up on the drain and read what is in flight:
+  // the server is torn down only once the drain ended and nobody gave up.
+  absl::Mutex mu;
+  bool drained = false;  // guarded by mu
+  bool gave_up = false;  // guarded by mu
   absl::Notification torn_down;
-  std::thread drain([&server, &drained, &torn_down] {
+  std::thread drain([&server, &mu, &drained, &gave_up, &torn_down] {
     (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
-    drained.Notify();
+    {
+      absl::MutexLock lock(&mu);
+      if (gave_up) return;
+      drained = true;
+    }
     server->reset();
     torn_down.Notify();
   });
-  if (!drained.WaitForNotificationWithDeadline(deadline)) {
+  if (!mu.LockWhenWithDeadline(absl::Condition(&drained), deadline)) {
+    gave_up = true;
     std::fprintf(stderr,
                  "matmul-server: a worker is still running a product %s "
                  "after the shutdown grace; exiting without it. In flight:\n"
@@ -457,6 +466,7 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
     std::_Exit(0);
   }
+  mu.Unlock();
   if (!torn_down.WaitForNotificationWithDeadline(deadline)) {
     // Every request has its answer; only a worker's last product is left.
     std::fprintf(stderr,
