@@ -437,16 +437,16 @@ int main(int argc, char** argv) {
   // joins the workers get this much longer together, then the daemon exits
   // without them.
   constexpr absl::Duration kRunningKernelMargin = absl::Seconds(3);
-  const absl::Time deadline =
-      absl::Now() + absl::GetFlag(FLAGS_shutdown_grace) + kRunningKernelMargin;
+  const absl::Duration grace = absl::GetFlag(FLAGS_shutdown_grace);
+  const absl::Time deadline = absl::Now() + grace + kRunningKernelMargin;
   // The main thread may give up on the drain and read what is in flight:
   // the server is torn down only once the drain ended and nobody gave up.
   absl::Mutex mu;
   bool drained = false;  // guarded by mu
   bool gave_up = false;  // guarded by mu
   absl::Notification torn_down;
-  std::thread drain([&server, &mu, &drained, &gave_up, &torn_down] {
-    (*server)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
+  std::thread drain([&server, grace, &mu, &drained, &gave_up, &torn_down] {
+    (*server)->Shutdown(grace);
     {
       absl::MutexLock lock(&mu);
       if (gave_up) return;
