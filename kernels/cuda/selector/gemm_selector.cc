@@ -21,7 +21,8 @@
 
 namespace matmul::cuda {
 
-static_assert(SelectorOptions().cublaslt_top_k == CublasLtGemm::kDefaultTopK);
+static_assert(SelectorOptions::kDefaultCublasLtTopK ==
+              CublasLtGemm::kDefaultTopK);
 
 absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
     int device, const SelectorOptions& options) {

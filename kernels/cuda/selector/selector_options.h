@@ -17,8 +17,10 @@ struct SelectorOptions {
   // Per-block shared memory limit for own configs; 0 reads the device's
   // opt-in limit. Setting 101376 imposes the GB10's limit on any GPU.
   int max_shared_bytes = 0;
-  // cuBLASLt heuristic results timed per key (CublasLtGemm::kDefaultTopK).
-  int cublaslt_top_k = 8;
+  // cuBLASLt heuristic results timed per key; the default is
+  // CublasLtGemm::kDefaultTopK (checked where both are seen).
+  static constexpr int kDefaultCublasLtTopK = 8;
+  int cublaslt_top_k = kDefaultCublasLtTopK;
   // Which families the selector may use: the own kernels ("mma",
   // "hopper") and cuBLASLt ("cublaslt"). Turning one off is for tests and
   // for ruling a family out in production.
