@@ -7,7 +7,10 @@
 # $OUT/soak.txt (every run's log and a summary line each).
 #
 #   run(command="COUNT=4 bash tests/gpu/service/soak.sh", carry=["bundle"])
-#   DURATION=570s REGIONS=shm,ipc,vmm bash tests/gpu/service/soak.sh
+#   DURATION=300s REGIONS=shm,ipc,vmm bash tests/gpu/service/soak.sh
+# A run longer than one device call (a 10-minute soak takes about 11):
+# tests/gpu/service/soak_long.sh starts it detached and collects it in the
+# next call.
 #
 # Env: DURATION (default 120s), COUNT (default 1), PARALLEL (runs at once,
 # each its own daemon on the one GPU; default 1), REGIONS (default
