@@ -13,6 +13,10 @@
 #   --backend=B     the daemon's --backend (default cpu)
 #   --duration=D    how long to soak (default 60s)
 #   --daemon_arg=X  one more flag for the daemon (repeatable)
+#   --warmup=D      first soak the daemon for D with the same clients and
+#                   scenarios, no memory rules (the rest are checked), so
+#                   that the soak's memory baseline is a daemon that has
+#                   served every kind of product once (default: none)
 #
 # Memory bounds: a run shorter than 10 minutes gets short-run bounds
 # (--rss_max_growth=50% --rss_max_after_load=50% --rss_after_load=20s;
@@ -22,12 +26,17 @@
 # the CPU backend, flat from about 50 s on), so a short run's growth rule
 # catches only a gross leak; after the load jemalloc hands back what the
 # load took within seconds (a 120 s run: 1.03 times the start 60 s after).
+# The CUDA backend loads kernels the first time they run (CUDA's lazy
+# module loading; the selector's tuning launches every candidate), which
+# its idle RSS does not hold: --warmup pays that before the baseline, and
+# the warm-up's report still prints the idle figure.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 server="$root/build/server/matmul-server"
 soak="$root/build/tests/soak/matmul-soak"
 backend=cpu
 duration=60s
+warmup=""
 clients=64
 daemon_args=()
 soak_args=()
@@ -37,6 +46,7 @@ for arg in "$@"; do
     --soak=*) soak="${arg#*=}" ;;
     --backend=*) backend="${arg#*=}" ;;
     --duration=*) duration="${arg#*=}" ;;
+    --warmup=*) warmup="${arg#*=}" ;;
     --clients=*) clients="${arg#*=}"; soak_args+=("$arg") ;;
     --daemon_arg=*) daemon_args+=("${arg#*=}") ;;
     *) soak_args+=("$arg") ;;
@@ -125,7 +135,24 @@ if [[ $started != 1 ]]; then
 fi
 
 status=0
-"$soak" --target="unix:$socket" --daemon_pid="$daemon_pid" \
+if [[ -n "$warmup" ]]; then
+  # The same clients and scenarios; no report file, no memory rules, a
+  # short wait after the load for the allocator to give back what it took.
+  warmup_args=()
+  for arg in ${soak_args[@]+"${soak_args[@]}"}; do
+    [[ "$arg" == --json_out=* ]] || warmup_args+=("$arg")
+  done
+  echo "run_soak: warm-up, $warmup (the soak's memory baseline comes after it)"
+  "$soak" --target="unix:$socket" --daemon_pid="$daemon_pid" \
+    --metrics="127.0.0.1:$port" --shm_prefix="$prefix" \
+    ${warmup_args[@]+"${warmup_args[@]}"} --duration="$warmup" \
+    --rss_max_growth=1000000% --rss_max_after_load=1000000% \
+    --rss_after_load=5s || status=$?
+  if [[ $status != 0 ]]; then
+    echo "run_soak: the warm-up failed; the soak itself does not run" >&2
+  fi
+fi
+[[ $status == 0 ]] && "$soak" --target="unix:$socket" --daemon_pid="$daemon_pid" \
   --metrics="127.0.0.1:$port" --shm_prefix="$prefix" \
   --duration="$duration" ${soak_args[@]+"${soak_args[@]}"} || status=$?
 

@@ -14,7 +14,10 @@
 #
 # Env: DURATION (default 120s), COUNT (default 1), PARALLEL (runs at once,
 # each its own daemon on the one GPU; default 1), REGIONS (default
-# shm,ipc,vmm), CLIENTS (default 64), SOAK_ARGS (more run_soak.sh flags).
+# shm,ipc,vmm), CLIENTS (default 64), WARMUP (run_soak.sh --warmup: the
+# daemon loads its kernels on their first launch, which its idle RSS does
+# not hold; default 30s, empty for none), SOAK_ARGS (more run_soak.sh
+# flags).
 set -uo pipefail
 cd "$(dirname "$0")/../../.." || exit 1
 OUT=${OUT:-$PWD/gpu-out}
@@ -27,15 +30,16 @@ for binary in bundle/matmul-server bundle/matmul-soak bundle/soak_holder; do
   fi
 done
 one_soak() {
-  local i=$1 start run_rc=0
+  local i=$1 start run_rc=0 warmup=${WARMUP-30s}
   start=$(date +%s)
   # shellcheck disable=SC2086  # SOAK_ARGS is a list of flags
   bash tests/soak/run_soak.sh --server=bundle/matmul-server \
     --soak=bundle/matmul-soak --backend=cuda \
     --regions="${REGIONS:-shm,ipc,vmm}" --duration="${DURATION:-120s}" \
-    --clients="${CLIENTS:-64}" --json_out="$OUT/soak_$i.json" \
+    --clients="${CLIENTS:-64}" ${warmup:+--warmup="$warmup"} \
+    --json_out="$OUT/soak_$i.json" \
     ${SOAK_ARGS:-} >"$OUT/soak_$i.log" 2>&1 || run_rc=$?
-  echo "soak $i: ${DURATION:-120s} on ${REGIONS:-shm,ipc,vmm}, exit $run_rc, $(($(date +%s) - start)) s in all" >"$OUT/soak_$i.summary"
+  echo "soak $i: ${DURATION:-120s} on ${REGIONS:-shm,ipc,vmm} after a ${warmup:-0s} warm-up, exit $run_rc, $(($(date +%s) - start)) s in all" >"$OUT/soak_$i.summary"
 }
 count=${COUNT:-1}
 parallel=${PARALLEL:-1}
