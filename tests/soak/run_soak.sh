@@ -135,6 +135,10 @@ if [[ $started != 1 ]]; then
 fi
 
 status=0
+# What both runs of matmul-soak (the warm-up and the soak) are told of the
+# daemon.
+daemon_flags=(--target="unix:$socket" --daemon_pid="$daemon_pid"
+              --metrics="127.0.0.1:$port" --shm_prefix="$prefix")
 if [[ -n "$warmup" ]]; then
   # The same clients and scenarios; no report file, no memory rules, a
   # short wait after the load for the allocator to give back what it took.
@@ -143,18 +147,17 @@ if [[ -n "$warmup" ]]; then
     [[ "$arg" == --json_out=* ]] || warmup_args+=("$arg")
   done
   echo "run_soak: warm-up, $warmup (the soak's memory baseline comes after it)"
-  "$soak" --target="unix:$socket" --daemon_pid="$daemon_pid" \
-    --metrics="127.0.0.1:$port" --shm_prefix="$prefix" \
-    ${warmup_args[@]+"${warmup_args[@]}"} --duration="$warmup" \
-    --rss_max_growth=1000000% --rss_max_after_load=1000000% \
-    --rss_after_load=5s || status=$?
+  "$soak" "${daemon_flags[@]}" ${warmup_args[@]+"${warmup_args[@]}"} \
+    --duration="$warmup" --rss_max_growth=1000000% \
+    --rss_max_after_load=1000000% --rss_after_load=5s || status=$?
   if [[ $status != 0 ]]; then
     echo "run_soak: the warm-up failed; the soak itself does not run" >&2
   fi
 fi
-[[ $status == 0 ]] && "$soak" --target="unix:$socket" --daemon_pid="$daemon_pid" \
-  --metrics="127.0.0.1:$port" --shm_prefix="$prefix" \
-  --duration="$duration" ${soak_args[@]+"${soak_args[@]}"} || status=$?
+if [[ $status == 0 ]]; then
+  "$soak" "${daemon_flags[@]}" --duration="$duration" \
+    ${soak_args[@]+"${soak_args[@]}"} || status=$?
+fi
 
 # A failed run (requests left in flight among others): the daemon's
 # threads' stacks, where gdb is installed, before it is stopped.
