@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/flags_help.h"
 #include "common/grpc_transport_args.h"
+#include "grpc/grpc.h"
 #include "server/backends/backend_factory.h"
 #include "server/matmul_server.h"
 
@@ -267,6 +268,12 @@ int main(int argc, char** argv) {
   // Raised by the daemon itself when a GPU is lost (on_device_lost below).
   sigaddset(&stop_signals, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // gRPC stays initialized until the process exits, never shut down. The
+  // library's shutdown runs in the destructor of whoever holds its last
+  // reference (the server, unless main holds one) and joins gRPC's
+  // threads, one of which may sleep in its poller until a timer seconds
+  // away: a teardown bounded by the shutdown grace cannot wait for that.
+  grpc_init();
 
   matmul::BackendOptions backend_options;
   backend_options.kind = absl::GetFlag(FLAGS_backend);
