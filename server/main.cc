@@ -68,6 +68,11 @@ ABSL_FLAG(std::string, cuda_devices, "",
 ABSL_FLAG(std::string, tuning_cache, "",
           "JSON file where the CUDA backend keeps its per-shape kernel "
           "choices (empty: in memory only).");
+ABSL_FLAG(int, max_shape_choices, 4096,
+          "Shapes whose kernel choice the CUDA backend keeps, in memory and "
+          "in --tuning_cache: beyond it the least recently used is "
+          "forgotten (and tuned again when it comes back), so that clients "
+          "sending ever-new shapes cannot grow the daemon.");
 ABSL_FLAG(int, cpu_threads, 0,
           "CPU backend: OpenBLAS threads per product; 0 divides the cores "
           "among --worker_threads.");
@@ -281,6 +286,8 @@ int main(int argc, char** argv) {
   backend_options.cuda_devices = absl::GetFlag(FLAGS_cuda_devices);
   backend_options.cuda.selector.tuning_cache =
       absl::GetFlag(FLAGS_tuning_cache);
+  backend_options.cuda.selector.max_shape_choices =
+      absl::GetFlag(FLAGS_max_shape_choices);
   backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   // One CUDA stream per worker, so that workers never wait for each other.
   backend_options.cuda.streams =

@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
   if (options.background_tuning) {
     GemmSelector* raw = selector.get();
     selector->tuner_ = std::make_unique<BackgroundTuner>(
-        device, [raw](const GemmProblem& canonical) {
+        device, options.max_queued_tunings,
+        [raw](const GemmProblem& canonical) {
           return raw->Tune(canonical).status();
         });
   }
@@ -83,7 +84,9 @@ GemmSelector::GemmSelector(int device, const SelectorOptions& options,
       max_shared_bytes_(max_shared_bytes),
       environment_(environment),
       families_(std::move(families)),
-      cache_(options.tuning_cache, std::move(environment)) {}
+      cache_(options.tuning_cache, std::move(environment),
+             options.max_shape_choices),
+      choices_(options.max_shape_choices) {}
 
 GemmSelector::~GemmSelector() {
   // Stop the worker before the families and choices it uses go.
@@ -118,7 +121,9 @@ TimingEffort GemmSelector::Effort() const {
 size_t GemmSelector::tuned_count() const {
   absl::MutexLock lock(&mu_);
   size_t count = 0;
-  for (const auto& [key, choice] : choices_) count += choice.tuned;
+  choices_.ForEach([&count](const std::string&, const KernelChoice& choice) {
+    count += choice.tuned;
+  });
   return count;
 }
 
@@ -173,19 +178,17 @@ absl::StatusOr<KernelChoice> GemmSelector::Choose(const GemmProblem& problem) {
   const std::string key = Key(problem);
   {
     absl::MutexLock lock(&mu_);
-    auto it = choices_.find(key);
-    if (it != choices_.end()) return it->second;
+    if (const KernelChoice* held = choices_.Find(key)) return *held;
   }
   ASSIGN_OR_RETURN(KernelChoice choice, Heuristic(problem));
-  bool inserted = false;
-  {
-    absl::MutexLock lock(&mu_);
-    auto [it, fresh] = choices_.emplace(key, choice);
-    inserted = fresh;
-    choice = it->second;
-  }
-  if (inserted && tuner_ != nullptr) {
-    tuner_->Enqueue(key, CanonicalProblem(problem));
+  // Queued and stored under one lock, so that the tuned choice (stored
+  // under it too) cannot come first and be overwritten.
+  absl::MutexLock lock(&mu_);
+  if (const KernelChoice* held = choices_.Find(key)) return *held;
+  // While the tuning queue is full a new key keeps nothing: it asks the
+  // heuristic again, and the queue again, when next met.
+  if (tuner_ == nullptr || tuner_->Enqueue(key, CanonicalProblem(problem))) {
+    choices_.Put(key, choice);
   }
   return choice;
 }
@@ -345,7 +348,7 @@ absl::StatusOr<KernelChoice> GemmSelector::Tune(
   choice.median_seconds = best->median_seconds;
   {
     absl::MutexLock lock(&mu_);
-    choices_[Key(problem)] = choice;
+    choices_.Put(Key(problem), choice);
   }
   if (!options_.tuning_cache.empty()) RETURN_IF_ERROR(SaveCache());
   return choice;
@@ -369,7 +372,7 @@ absl::Status GemmSelector::LoadCache() {
     if (!choice.ok()) continue;
     choice->tuned = true;
     choice->median_seconds = entry.median_seconds;
-    choices_[entry.key] = *choice;
+    choices_.Put(entry.key, *choice);
   }
   return absl::OkStatus();
 }
@@ -379,11 +382,12 @@ absl::Status GemmSelector::SaveCache() {
   std::vector<TunedEntry> entries;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [key, choice] : choices_) {
-      if (choice.tuned) {
-        entries.push_back({key, choice.name, choice.median_seconds});
-      }
-    }
+    choices_.ForEach(
+        [&entries](const std::string& key, const KernelChoice& choice) {
+          if (choice.tuned) {
+            entries.push_back({key, choice.name, choice.median_seconds});
+          }
+        });
   }
   return cache_.Save(max_shared_bytes_, entries);
 }

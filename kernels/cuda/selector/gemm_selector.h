@@ -11,7 +11,8 @@
 // private operands rotated so they do not sit in L2) and keeps the fastest
 // (an own kernel only where it beats cuBLASLt by a margin: finalist_pick.h).
 // Choices live in memory and in a JSON file (tuning_cache.h), so a restart
-// does not re-tune.
+// does not re-tune; both hold the most recently used
+// SelectorOptions::max_shape_choices keys.
 //
 // Choose() never blocks on timing: an unknown key gets a heuristic pick at
 // once (cuBLASLt's first candidate, else the own config whose tiles best
@@ -31,7 +32,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -41,6 +41,7 @@
 #include "kernels/cuda/runtime/cuda_resources.h"
 #include "kernels/cuda/selector/candidate_timer.h"
 #include "kernels/cuda/selector/internal/background_tuner.h"
+#include "kernels/cuda/selector/internal/lru_map.h"
 #include "kernels/cuda/selector/internal/selector_key.h"
 #include "kernels/cuda/selector/internal/tuning_cache.h"
 #include "kernels/cuda/selector/selector_options.h"
@@ -168,7 +169,8 @@ class GemmSelector {
   TuningCache cache_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, KernelChoice> choices_ ABSL_GUARDED_BY(mu_);
+  // By key; at most options_.max_shape_choices.
+  LruMap<KernelChoice> choices_ ABSL_GUARDED_BY(mu_);
   // Serialises timing runs (worker vs. Tune() callers), so two tunings do
   // not share the device and spoil each other's numbers.
   absl::Mutex tune_mu_;

@@ -192,6 +192,57 @@ TEST_F(GemmSelectorTest, UnknownShapesAreTunedInTheBackground) {
   EXPECT_TRUE(later->tuned);
 }
 
+// What the selector keeps per shape is bounded: the least recently used
+// choice is forgotten (from memory and the cache file), and a new shape met
+// while the tuning queue is full keeps nothing until it is met again.
+TEST_F(GemmSelectorTest, KeepsAtMostItsBoundOfShapes) {
+  const std::string path = TempPath("selector_bound");
+  std::filesystem::remove(path);
+  SelectorOptions options = QuickOptions();
+  options.tuning_cache = path;
+  options.max_shape_choices = 2;
+  {
+    auto selector = GemmSelector::Create(0, options);
+    ASSERT_TRUE(selector.ok()) << selector.status();
+    ASSERT_TRUE((*selector)->Tune(ShapeOnly(128, 256, 64, false)).ok());
+    ASSERT_TRUE((*selector)->Tune(ShapeOnly(128, 256, 64, true)).ok());
+    // A use makes NN the most recent: the third shape forgets NT.
+    ASSERT_TRUE((*selector)->Choose(ShapeOnly(128, 256, 64, false)).ok());
+    ASSERT_TRUE((*selector)->Tune(ShapeOnly(64, 128, 32, false)).ok());
+    EXPECT_EQ((*selector)->tuned_count(), 2u);
+    auto nn = (*selector)->Choose(ShapeOnly(128, 256, 64, false));
+    ASSERT_TRUE(nn.ok());
+    EXPECT_TRUE(nn->tuned);
+    auto nt = (*selector)->Choose(ShapeOnly(128, 256, 64, true));
+    ASSERT_TRUE(nt.ok());
+    EXPECT_FALSE(nt->tuned);
+  }
+  std::ifstream in(path);
+  nlohmann::json root = nlohmann::json::parse(in);
+  ASSERT_EQ(root["environments"].size(), 1u);
+  EXPECT_EQ(root["environments"].begin().value()["choices"].size(), 2u)
+      << root.dump(1);
+  std::filesystem::remove(path);
+
+  // A queue of one: while the first shape is tuned, others keep nothing.
+  options = QuickOptions();
+  options.background_tuning = true;
+  options.max_queued_tunings = 1;
+  auto selector = GemmSelector::Create(0, options);
+  ASSERT_TRUE(selector.ok());
+  for (int64_t m = 64; m <= 64 * 8; m += 64) {
+    auto choice = (*selector)->Choose(ShapeOnly(m, 160, 224, true));
+    ASSERT_TRUE(choice.ok()) << choice.status();
+    EXPECT_FALSE(choice->tuned);
+  }
+  (*selector)->WaitForBackgroundTuning();
+  const GemmSelector::TuningCounts counts = (*selector)->tuning_counts();
+  EXPECT_GE(counts.succeeded, 1);
+  EXPECT_LT(counts.succeeded, 8);
+  EXPECT_EQ(counts.failed, 0);
+  EXPECT_EQ((*selector)->tuned_count(), static_cast<size_t>(counts.succeeded));
+}
+
 TEST_F(GemmSelectorTest, RunFallsBackWhenTheChoiceCannotTakeTheInstance) {
   auto selector = GemmSelector::Create(0, QuickOptions());
   ASSERT_TRUE(selector.ok());

@@ -14,6 +14,15 @@ struct SelectorOptions {
   // Tune unknown keys on a worker thread (otherwise they keep the heuristic
   // pick until Tune() is called).
   bool background_tuning = true;
+  // Keys whose choice is kept, in memory and in the cache file
+  // (--max_shape_choices): beyond it the least recently used is forgotten,
+  // and re-tuned when it comes back. Bounds what clients sending ever-new
+  // shapes cost the daemon.
+  int max_shape_choices = 4096;
+  // Keys waiting for background tuning: a new key met while the queue is
+  // full runs on its heuristic pick, keeps nothing, and is queued when met
+  // again.
+  int max_queued_tunings = 256;
   // Per-block shared memory limit for own configs; 0 reads the device's
   // opt-in limit. Setting 101376 imposes the GB10's limit on any GPU.
   int max_shared_bytes = 0;

@@ -2,14 +2,17 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "kernels/cuda/runtime/cuda_status.h"
 
 namespace matmul::cuda {
 
-BackgroundTuner::BackgroundTuner(int device, TuneFn tune)
-    : device_(device), tune_(std::move(tune)) {
+BackgroundTuner::BackgroundTuner(int device, int max_queued, TuneFn tune)
+    : device_(device),
+      max_queued_(std::max(1, max_queued)),
+      tune_(std::move(tune)) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 
@@ -22,11 +25,15 @@ BackgroundTuner::~BackgroundTuner() {
   worker_.join();
 }
 
-void BackgroundTuner::Enqueue(const std::string& key,
+bool BackgroundTuner::Enqueue(const std::string& key,
                               const GemmProblem& canonical) {
   absl::MutexLock lock(&mu_);
-  if (stopping_ || !queued_keys_.insert(key).second) return;
+  if (stopping_) return false;
+  if (queued_keys_.contains(key)) return true;
+  if (queue_.size() >= max_queued_) return false;
+  queued_keys_.insert(key);
   queue_.emplace_back(key, canonical);
+  return true;
 }
 
 void BackgroundTuner::WaitUntilIdle() {

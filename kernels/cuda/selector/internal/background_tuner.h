@@ -29,16 +29,18 @@ class BackgroundTuner {
   // the timing (see GemmSelector::SetTuningGuard).
   using GuardFn = std::function<std::shared_ptr<void>()>;
 
-  // Starts the worker, which makes `device` current on its thread.
-  BackgroundTuner(int device, TuneFn tune);
+  // Starts the worker, which makes `device` current on its thread. At most
+  // `max_queued` keys wait for it (at least one).
+  BackgroundTuner(int device, int max_queued, TuneFn tune);
   // Stops the worker: queued keys are dropped, an in-flight one finishes.
   ~BackgroundTuner();
   BackgroundTuner(const BackgroundTuner&) = delete;
   BackgroundTuner& operator=(const BackgroundTuner&) = delete;
 
   // Queues `canonical` under `key` unless that key is already queued or
-  // being timed.
-  void Enqueue(const std::string& key, const GemmProblem& canonical);
+  // being timed. Returns whether the key is queued or being timed now:
+  // false when the queue is full (or the tuner stopping).
+  bool Enqueue(const std::string& key, const GemmProblem& canonical);
 
   // Blocks until the queue is empty and the worker idle.
   void WaitUntilIdle();
@@ -61,6 +63,7 @@ class BackgroundTuner {
   }
 
   const int device_;
+  const size_t max_queued_;
   const TuneFn tune_;
 
   mutable absl::Mutex mu_;

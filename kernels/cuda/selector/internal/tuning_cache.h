@@ -13,6 +13,7 @@
 #ifndef MATMUL_KERNELS_CUDA_SELECTOR_INTERNAL_TUNING_CACHE_H_
 #define MATMUL_KERNELS_CUDA_SELECTOR_INTERNAL_TUNING_CACHE_H_
 
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,8 +34,12 @@ struct TunedEntry {
 
 class TuningCache {
  public:
-  TuningCache(std::string path, std::string environment)
-      : path_(std::move(path)), environment_(std::move(environment)) {}
+  // A file that holds at most `max_choices` choices of this environment
+  // (GemmSelector's max_shape_choices).
+  TuningCache(std::string path, std::string environment, size_t max_choices)
+      : path_(std::move(path)),
+        environment_(std::move(environment)),
+        max_choices_(max_choices) {}
 
   const std::string& path() const { return path_; }
 
@@ -44,8 +49,10 @@ class TuningCache {
   absl::StatusOr<std::vector<TunedEntry>> Load() const;
 
   // Rewrites the file with `entries` as this environment's choices (merged
-  // with what the file holds, other environments' sections kept). An entry
-  // whose kernel and time are unchanged keeps its date. Written to a
+  // with what the file holds, other environments' sections kept: daemons
+  // may share the file). Past max_choices, the environment's oldest choices
+  // that are not in `entries` are dropped. An entry whose kernel and time
+  // are unchanged keeps its date. Written to a
   // sibling file and renamed over the cache, so that a reader (or a crash)
   // never sees half a file. Thread-safe.
   absl::Status Save(int max_shared_bytes,
@@ -54,6 +61,7 @@ class TuningCache {
  private:
   const std::string path_;
   const std::string environment_;
+  const size_t max_choices_;
   absl::Mutex file_mu_;  // serialises Save()'s read-modify-write
 };
 
