@@ -288,6 +288,13 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_tuning_cache);
   backend_options.cuda.selector.max_shape_choices =
       absl::GetFlag(FLAGS_max_shape_choices);
+  if (backend_options.cuda.selector.max_shape_choices < 1) {
+    std::fprintf(stderr,
+                 "matmul-server: --max_shape_choices is %d; expected at least "
+                 "1\n",
+                 backend_options.cuda.selector.max_shape_choices);
+    return 2;
+  }
   backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   // One CUDA stream per worker, so that workers never wait for each other.
   backend_options.cuda.streams =

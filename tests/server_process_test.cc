@@ -212,6 +212,9 @@ TEST(ServerProcessTest, BadFlagsAndBusyAddressesFailClearly) {
       RunCommand({MATMUL_SERVER_PATH, "--backend=tpu", "--metrics_listen="}),
       1);
   EXPECT_NE(RunCommand({MATMUL_SERVER_PATH, "--no_such_flag"}), 0);
+  EXPECT_EQ(RunCommand({MATMUL_SERVER_PATH, "--backend=cpu",
+                        "--max_shape_choices=0", "--metrics_listen="}),
+            2);
   // A directory that does not exist (and that the daemon must not make:
   // only the default socket's directory is its to make).
   const std::string missing = PrivateSocketDirectory() + "/no-such-dir";

@@ -26,6 +26,13 @@ static_assert(SelectorOptions::kDefaultCublasLtTopK ==
 
 absl::StatusOr<std::unique_ptr<GemmSelector>> GemmSelector::Create(
     int device, const SelectorOptions& options) {
+  if (options.max_shape_choices < 1 || options.max_queued_tunings < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the selector keeps at least one shape and queues at least one "
+        "tuning; max_shape_choices is ",
+        options.max_shape_choices, ", max_queued_tunings ",
+        options.max_queued_tunings));
+  }
   ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(device));
   FamilySettings settings;
   settings.device = device;

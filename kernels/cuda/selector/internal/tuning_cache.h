@@ -52,9 +52,9 @@ class TuningCache {
   // with what the file holds, other environments' sections kept: daemons
   // may share the file). Past max_choices, the environment's oldest choices
   // that are not in `entries` are dropped. An entry whose kernel and time
-  // are unchanged keeps its date. Written to a
-  // sibling file and renamed over the cache, so that a reader (or a crash)
-  // never sees half a file. Thread-safe.
+  // are unchanged keeps its date. Written to a sibling file and renamed
+  // over the cache, so that a reader (or a crash) never sees half a file.
+  // Thread-safe.
   absl::Status Save(int max_shared_bytes,
                     const std::vector<TunedEntry>& entries);
 
