@@ -2,7 +2,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdio>
 
 #include "kernels/cuda/runtime/cuda_status.h"
@@ -10,9 +9,7 @@
 namespace matmul::cuda {
 
 BackgroundTuner::BackgroundTuner(int device, int max_queued, TuneFn tune)
-    : device_(device),
-      max_queued_(std::max(1, max_queued)),
-      tune_(std::move(tune)) {
+    : device_(device), max_queued_(max_queued), tune_(std::move(tune)) {
   worker_ = std::thread([this] { WorkerLoop(); });
 }
 

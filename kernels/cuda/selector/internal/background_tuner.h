@@ -30,7 +30,8 @@ class BackgroundTuner {
   using GuardFn = std::function<std::shared_ptr<void>()>;
 
   // Starts the worker, which makes `device` current on its thread. At most
-  // `max_queued` keys wait for it (at least one).
+  // `max_queued` keys wait for it (GemmSelector::Create refuses fewer than
+  // one).
   BackgroundTuner(int device, int max_queued, TuneFn tune);
   // Stops the worker: queued keys are dropped, an in-flight one finishes.
   ~BackgroundTuner();
