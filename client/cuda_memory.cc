@@ -163,9 +163,13 @@ absl::Status CudaDeviceMemory::CopyFromHost(absl::Span<const char> bytes) {
   if (static_cast<int64_t>(bytes.size()) > size_) {
     return absl::InvalidArgumentError("copy larger than the CUDA region");
   }
-  return Cuda(
+  RETURN_IF_ERROR(Cuda(
       cudaMemcpy(data_, bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
-      "cudaMemcpy to the region");
+      "cudaMemcpy to the region"));
+  // From pageable memory cudaMemcpy may return before its DMA lands; the
+  // daemon reads the region from its own streams, which nothing orders
+  // after that DMA. Wait for it here.
+  return Cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
 }
 
 absl::Status CudaDeviceMemory::CopyToHost(absl::Span<char> bytes) const {

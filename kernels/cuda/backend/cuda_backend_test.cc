@@ -459,6 +459,9 @@ TEST(CudaBackendAlignment, ElementAlignedOperandsGiveRightAnswers) {
         ASSERT_EQ(cudaMemcpy(c_at, host.c.data(), host.c.size(),
                              cudaMemcpyHostToDevice),
                   cudaSuccess);
+        // The copies' DMA may still be under way (pageable sources), and the
+        // backend's streams do not wait for the default stream.
+        ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
         GemmProblem on_device = host.problem;
         on_device.a.data = a_at;
         on_device.b.data = b_at;

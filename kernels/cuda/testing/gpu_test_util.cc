@@ -313,6 +313,10 @@ absl::StatusOr<DeviceProblem> Upload(const HostProblem& host) {
     d.problem.b.pointers = static_cast<const void* const*>(d.b_ptrs.data());
     d.problem.c.pointers = static_cast<void* const*>(d.c_ptrs.data());
   }
+  // cudaMemcpy from pageable memory may return before its DMA lands, and the
+  // backend's streams are non-blocking: they would not wait for it.
+  RETURN_IF_ERROR(cuda::CudaStatus(cudaStreamSynchronize(nullptr),
+                                   "cudaStreamSynchronize"));
   return d;
 }
 

@@ -67,10 +67,15 @@ absl::StatusOr<TimingOperands> TimingOperands::Create(
       }
       ASSIGN_OR_RETURN(DeviceBuffer arrays,
                        DeviceBuffer::Create(host.size() * sizeof(void*)));
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpy(arrays.data(), host.data(), host.size() * sizeof(void*),
-                     cudaMemcpyHostToDevice),
-          "cudaMemcpy(pointer arrays)"));
+      // On `stream`, so that the synchronization below covers it: a plain
+      // cudaMemcpy from pageable memory may return before its DMA lands, and
+      // `stream` (non-blocking) would not wait for it. The pageable source is
+      // staged before the call returns, so `host` may go at scope end.
+      RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(arrays.data(), host.data(),
+                                     host.size() * sizeof(void*),
+                                     cudaMemcpyHostToDevice, stream),
+                     "cudaMemcpyAsync(pointer arrays)"));
       const auto* device = static_cast<const void* const*>(arrays.data());
       copy.a.data = copy.b.data = copy.c.data = nullptr;
       copy.a.pointers = device;
