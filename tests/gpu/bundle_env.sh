@@ -4,7 +4,15 @@
 # path and unpacks its compressed payload once.
 export LD_LIBRARY_PATH="$PWD/bundle/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 if [ -f bundle/payload.tar.xz ] && [ ! -f bundle/.unpacked ]; then
-  tar -xJf bundle/payload.tar.xz -C bundle ||
-    python3 -c "import tarfile; tarfile.open('bundle/payload.tar.xz').extractall('bundle')"
-  touch bundle/.unpacked
+  # Under a lock: scripts started together in one call (a soak beside the
+  # GPU tests) would otherwise both unpack, and one would rewrite a binary
+  # the other has started, which then dies at once without a word.
+  (
+    flock 9
+    if [ ! -f bundle/.unpacked ]; then
+      { tar -xJf bundle/payload.tar.xz -C bundle ||
+        python3 -c "import tarfile; tarfile.open('bundle/payload.tar.xz').extractall('bundle')"; } &&
+        touch bundle/.unpacked
+    fi
+  ) 9>bundle/.unpack.lock
 fi
