@@ -13,63 +13,65 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16matmul/v1/matmul.proto\x12\tmatmul.v1\"4\n\tRegionRef\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\x14\n\x0coffset_bytes\x18\x02 \x01(\x04\"\x90\x01\n\x06Tensor\x12\x1f\n\x05\x64type\x18\x01 \x01(\x0e\x32\x10.matmul.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0f\n\x07strides\x18\x03 \x03(\x03\x12\x15\n\x0binline_data\x18\x04 \x01(\x0cH\x00\x12&\n\x06region\x18\x05 \x01(\x0b\x32\x14.matmul.v1.RegionRefH\x00\x42\x06\n\x04\x64\x61ta\"\xc8\x02\n\rMatmulRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x1c\n\x01\x61\x18\x02 \x01(\x0b\x32\x11.matmul.v1.Tensor\x12\x1c\n\x01\x62\x18\x03 \x01(\x0b\x32\x11.matmul.v1.Tensor\x12\x1c\n\x01\x63\x18\x04 \x01(\x0b\x32\x11.matmul.v1.Tensor\x12\x13\n\x0btranspose_a\x18\x05 \x01(\x08\x12\x13\n\x0btranspose_b\x18\x06 \x01(\x08\x12\x12\n\x05\x61lpha\x18\x07 \x01(\x02H\x00\x88\x01\x01\x12\x11\n\x04\x62\x65ta\x18\x08 \x01(\x02H\x01\x88\x01\x01\x12#\n\tout_dtype\x18\t \x01(\x0e\x32\x10.matmul.v1.DType\x12\x12\n\nsession_id\x18\n \x01(\t\x12,\n\x0cstream_order\x18\x0b \x01(\x0b\x32\x16.matmul.v1.StreamOrderB\x08\n\x06_alphaB\x07\n\x05_beta\"\xba\x01\n\x0bStreamOrder\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\x19\n\x11wait_offset_bytes\x18\x02 \x01(\x04\x12\x12\n\nwait_value\x18\x03 \x01(\r\x12\x0e\n\x06signal\x18\x04 \x01(\x08\x12\x1b\n\x13signal_offset_bytes\x18\x05 \x01(\x04\x12\x14\n\x0csignal_value\x18\x06 \x01(\r\x12\x0e\n\x06number\x18\x07 \x01(\x04\x12\x16\n\x0e\x61nswered_below\x18\x08 \x01(\x04\"N\n\x06Timing\x12\x15\n\rqueue_seconds\x18\x01 \x01(\x01\x12\x16\n\x0ekernel_seconds\x18\x02 \x01(\x01\x12\x15\n\rtotal_seconds\x18\x03 \x01(\x01\"\xdd\x01\n\x0eMatmulResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x1c\n\x01\x63\x18\x02 \x01(\x0b\x32\x11.matmul.v1.Tensor\x12!\n\x06timing\x18\x03 \x01(\x0b\x32\x11.matmul.v1.Timing\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x0e\n\x06kernel\x18\x05 \x01(\t\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x13\n\x0bstatus_code\x18\x07 \x01(\x05\x12\x16\n\x0estatus_message\x18\x08 \x01(\t\x12\x14\n\x0c\x64\x65vice_index\x18\t \x01(\x05\"\x16\n\x14GetServerInfoRequest\"a\n\x06\x44\x65vice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1a\n\x12\x63ompute_capability\x18\x02 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmultiprocessors\x18\x04 \x01(\x05\"u\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x15\n\rmax_dimension\x18\x02 \x01(\x03\x12\x18\n\x10max_tensor_bytes\x18\x03 \x01(\x03\x12\x1f\n\x17max_concurrent_requests\x18\x04 \x01(\x05\"\xe5\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\"\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x11.matmul.v1.Device\x12!\n\x06limits\x18\x04 \x01(\x0b\x32\x11.matmul.v1.Limits\x12\x30\n\x16supported_input_dtypes\x18\x05 \x03(\x0e\x32\x10.matmul.v1.DType\x12\x31\n\x17supported_output_dtypes\x18\x06 \x03(\x0e\x32\x10.matmul.v1.DType\")\n\x12OpenSessionRequest\x12\x13\n\x0b\x63lient_name\x18\x01 \x01(\t\"\"\n\x0cSessionEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\"`\n\rCudaIpcRegion\x12\x0e\n\x06handle\x18\x01 \x01(\x0c\x12\x16\n\x0e\x64\x65vice_ordinal\x18\x02 \x01(\x05\x12\x13\n\x0b\x64\x65vice_uuid\x18\x03 \x01(\t\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\"C\n\tShmRegion\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0coffset_bytes\x18\x02 \x01(\x04\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\"\x91\x01\n\rCudaVmmRegion\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\n\n\x02\x66\x64\x18\x02 \x01(\x05\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x16\n\x0e\x64\x65vice_ordinal\x18\x04 \x01(\x05\x12\x13\n\x0b\x64\x65vice_uuid\x18\x05 \x01(\t\x12\x11\n\tchunk_fds\x18\x06 \x03(\x05\x12\x13\n\x0b\x63hunk_bytes\x18\x07 \x01(\x04\"\xb4\x01\n\x15RegisterRegionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12,\n\x08\x63uda_ipc\x18\x02 \x01(\x0b\x32\x18.matmul.v1.CudaIpcRegionH\x00\x12#\n\x03shm\x18\x03 \x01(\x0b\x32\x14.matmul.v1.ShmRegionH\x00\x12,\n\x08\x63uda_vmm\x18\x04 \x01(\x0b\x32\x18.matmul.v1.CudaVmmRegionH\x00\x42\x06\n\x04kind\"?\n\x16RegisterRegionResponse\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\"@\n\x17UnregisterRegionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tregion_id\x18\x02 \x01(\t\",\n\x18UnregisterRegionResponse\x12\x10\n\x08\x64\x65\x66\x65rred\x18\x01 \x01(\x08\"(\n\x12ListRegionsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"]\n\nRegionInfo\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x1a\n\x12requests_in_flight\x18\x04 \x01(\x05\"=\n\x13ListRegionsResponse\x12&\n\x07regions\x18\x01 \x03(\x0b\x32\x15.matmul.v1.RegionInfo\"a\n\x11\x41ttachRingRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08shm_name\x18\x02 \x01(\t\x12\x12\n\nslot_count\x18\x03 \x01(\r\x12\x12\n\nslot_bytes\x18\x04 \x01(\r\"\x1f\n\tRingEvent\x12\x12\n\nslot_count\x18\x01 \x01(\r*>\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nDTYPE_BF16\x10\x01\x12\x0e\n\nDTYPE_FP32\x10\x02\x32\xfa\x04\n\rMatmulService\x12=\n\x06Matmul\x12\x18.matmul.v1.MatmulRequest\x1a\x19.matmul.v1.MatmulResponse\x12G\n\x0cMatmulStream\x12\x18.matmul.v1.MatmulRequest\x1a\x19.matmul.v1.MatmulResponse(\x01\x30\x01\x12R\n\rGetServerInfo\x12\x1f.matmul.v1.GetServerInfoRequest\x1a .matmul.v1.GetServerInfoResponse\x12G\n\x0bOpenSession\x12\x1d.matmul.v1.OpenSessionRequest\x1a\x17.matmul.v1.SessionEvent0\x01\x12U\n\x0eRegisterRegion\x12 .matmul.v1.RegisterRegionRequest\x1a!.matmul.v1.RegisterRegionResponse\x12[\n\x10UnregisterRegion\x12\".matmul.v1.UnregisterRegionRequest\x1a#.matmul.v1.UnregisterRegionResponse\x12L\n\x0bListRegions\x12\x1d.matmul.v1.ListRegionsRequest\x1a\x1e.matmul.v1.ListRegionsResponse\x12\x42\n\nAttachRing\x12\x1c.matmul.v1.AttachRingRequest\x1a\x14.matmul.v1.RingEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16matmul/v1/matmul.proto\x12\tmatmul.v1\"4\n\tRegionRef\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\x14\n\x0coffset_bytes\x18\x02 \x01(\x04\"\xba\x01\n\x06Tensor\x12\x1f\n\x05\x64type\x18\x01 \x01(\x0e\x32\x10.matmul.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0f\n\x07strides\x18\x03 \x03(\x03\x12\x15\n\x0binline_data\x18\x04 \x01(\x0cH\x00\x12&\n\x06region\x18\x05 \x01(\x0b\x32\x14.matmul.v1.RegionRefH\x00\x12(\n\x07scratch\x18\x06 \x01(\x0b\x32\x15.matmul.v1.ScratchRefH\x00\x42\x06\n\x04\x64\x61ta\"3\n\nScratchRef\x12\x0f\n\x07product\x18\x01 \x01(\r\x12\x14\n\x0coffset_bytes\x18\x02 \x01(\x04\"\xf4\x02\n\rMatmulRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x1c\n\x01\x61\x18\x02 \x01(\x0b\x32\x11.matmul.v1.Tensor\x12\x1c\n\x01\x62\x18\x03 \x01(\x0b\x32\x11.matmul.v1.Tensor\x12\x1c\n\x01\x63\x18\x04 \x01(\x0b\x32\x11.matmul.v1.Tensor\x12\x13\n\x0btranspose_a\x18\x05 \x01(\x08\x12\x13\n\x0btranspose_b\x18\x06 \x01(\x08\x12\x12\n\x05\x61lpha\x18\x07 \x01(\x02H\x00\x88\x01\x01\x12\x11\n\x04\x62\x65ta\x18\x08 \x01(\x02H\x01\x88\x01\x01\x12#\n\tout_dtype\x18\t \x01(\x0e\x32\x10.matmul.v1.DType\x12\x12\n\nsession_id\x18\n \x01(\t\x12,\n\x0cstream_order\x18\x0b \x01(\x0b\x32\x16.matmul.v1.StreamOrder\x12*\n\x08products\x18\x0c \x03(\x0b\x32\x18.matmul.v1.MatmulRequestB\x08\n\x06_alphaB\x07\n\x05_beta\"\xba\x01\n\x0bStreamOrder\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\x19\n\x11wait_offset_bytes\x18\x02 \x01(\x04\x12\x12\n\nwait_value\x18\x03 \x01(\r\x12\x0e\n\x06signal\x18\x04 \x01(\x08\x12\x1b\n\x13signal_offset_bytes\x18\x05 \x01(\x04\x12\x14\n\x0csignal_value\x18\x06 \x01(\r\x12\x0e\n\x06number\x18\x07 \x01(\x04\x12\x16\n\x0e\x61nswered_below\x18\x08 \x01(\x04\"N\n\x06Timing\x12\x15\n\rqueue_seconds\x18\x01 \x01(\x01\x12\x16\n\x0ekernel_seconds\x18\x02 \x01(\x01\x12\x15\n\rtotal_seconds\x18\x03 \x01(\x01\"\xdd\x01\n\x0eMatmulResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\x04\x12\x1c\n\x01\x63\x18\x02 \x01(\x0b\x32\x11.matmul.v1.Tensor\x12!\n\x06timing\x18\x03 \x01(\x0b\x32\x11.matmul.v1.Timing\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x0e\n\x06kernel\x18\x05 \x01(\t\x12\x12\n\nbatch_size\x18\x06 \x01(\r\x12\x13\n\x0bstatus_code\x18\x07 \x01(\x05\x12\x16\n\x0estatus_message\x18\x08 \x01(\t\x12\x14\n\x0c\x64\x65vice_index\x18\t \x01(\x05\"\x16\n\x14GetServerInfoRequest\"a\n\x06\x44\x65vice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1a\n\x12\x63ompute_capability\x18\x02 \x01(\t\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x03\x12\x17\n\x0fmultiprocessors\x18\x04 \x01(\x05\"\xb0\x01\n\x06Limits\x12\x19\n\x11max_message_bytes\x18\x01 \x01(\x03\x12\x15\n\rmax_dimension\x18\x02 \x01(\x03\x12\x18\n\x10max_tensor_bytes\x18\x03 \x01(\x03\x12\x1f\n\x17max_concurrent_requests\x18\x04 \x01(\x05\x12\x19\n\x11max_list_products\x18\x05 \x01(\x05\x12\x1e\n\x16max_list_scratch_bytes\x18\x06 \x01(\x03\"\xf9\x01\n\x15GetServerInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x02 \x01(\t\x12\"\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x11.matmul.v1.Device\x12!\n\x06limits\x18\x04 \x01(\x0b\x32\x11.matmul.v1.Limits\x12\x30\n\x16supported_input_dtypes\x18\x05 \x03(\x0e\x32\x10.matmul.v1.DType\x12\x31\n\x17supported_output_dtypes\x18\x06 \x03(\x0e\x32\x10.matmul.v1.DType\x12\x12\n\nmps_client\x18\x07 \x01(\x08\")\n\x12OpenSessionRequest\x12\x13\n\x0b\x63lient_name\x18\x01 \x01(\t\"\"\n\x0cSessionEvent\x12\x12\n\nsession_id\x18\x01 \x01(\t\"`\n\rCudaIpcRegion\x12\x0e\n\x06handle\x18\x01 \x01(\x0c\x12\x16\n\x0e\x64\x65vice_ordinal\x18\x02 \x01(\x05\x12\x13\n\x0b\x64\x65vice_uuid\x18\x03 \x01(\t\x12\x12\n\nsize_bytes\x18\x04 \x01(\x04\"C\n\tShmRegion\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x14\n\x0coffset_bytes\x18\x02 \x01(\x04\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\"\x91\x01\n\rCudaVmmRegion\x12\x0b\n\x03pid\x18\x01 \x01(\x05\x12\n\n\x02\x66\x64\x18\x02 \x01(\x05\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x16\n\x0e\x64\x65vice_ordinal\x18\x04 \x01(\x05\x12\x13\n\x0b\x64\x65vice_uuid\x18\x05 \x01(\t\x12\x11\n\tchunk_fds\x18\x06 \x03(\x05\x12\x13\n\x0b\x63hunk_bytes\x18\x07 \x01(\x04\"\xb4\x01\n\x15RegisterRegionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12,\n\x08\x63uda_ipc\x18\x02 \x01(\x0b\x32\x18.matmul.v1.CudaIpcRegionH\x00\x12#\n\x03shm\x18\x03 \x01(\x0b\x32\x14.matmul.v1.ShmRegionH\x00\x12,\n\x08\x63uda_vmm\x18\x04 \x01(\x0b\x32\x18.matmul.v1.CudaVmmRegionH\x00\x42\x06\n\x04kind\"?\n\x16RegisterRegionResponse\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\"@\n\x17UnregisterRegionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x11\n\tregion_id\x18\x02 \x01(\t\",\n\x18UnregisterRegionResponse\x12\x10\n\x08\x64\x65\x66\x65rred\x18\x01 \x01(\x08\"(\n\x12ListRegionsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"]\n\nRegionInfo\x12\x11\n\tregion_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x12\n\nsize_bytes\x18\x03 \x01(\x04\x12\x1a\n\x12requests_in_flight\x18\x04 \x01(\x05\"=\n\x13ListRegionsResponse\x12&\n\x07regions\x18\x01 \x03(\x0b\x32\x15.matmul.v1.RegionInfo\"a\n\x11\x41ttachRingRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x10\n\x08shm_name\x18\x02 \x01(\t\x12\x12\n\nslot_count\x18\x03 \x01(\r\x12\x12\n\nslot_bytes\x18\x04 \x01(\r\"\x1f\n\tRingEvent\x12\x12\n\nslot_count\x18\x01 \x01(\r*>\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0e\n\nDTYPE_BF16\x10\x01\x12\x0e\n\nDTYPE_FP32\x10\x02\x32\xfa\x04\n\rMatmulService\x12=\n\x06Matmul\x12\x18.matmul.v1.MatmulRequest\x1a\x19.matmul.v1.MatmulResponse\x12G\n\x0cMatmulStream\x12\x18.matmul.v1.MatmulRequest\x1a\x19.matmul.v1.MatmulResponse(\x01\x30\x01\x12R\n\rGetServerInfo\x12\x1f.matmul.v1.GetServerInfoRequest\x1a .matmul.v1.GetServerInfoResponse\x12G\n\x0bOpenSession\x12\x1d.matmul.v1.OpenSessionRequest\x1a\x17.matmul.v1.SessionEvent0\x01\x12U\n\x0eRegisterRegion\x12 .matmul.v1.RegisterRegionRequest\x1a!.matmul.v1.RegisterRegionResponse\x12[\n\x10UnregisterRegion\x12\".matmul.v1.UnregisterRegionRequest\x1a#.matmul.v1.UnregisterRegionResponse\x12L\n\x0bListRegions\x12\x1d.matmul.v1.ListRegionsRequest\x1a\x1e.matmul.v1.ListRegionsResponse\x12\x42\n\nAttachRing\x12\x1c.matmul.v1.AttachRingRequest\x1a\x14.matmul.v1.RingEvent0\x01\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'matmul.v1.matmul_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
-  _DTYPE._serialized_start=2622
-  _DTYPE._serialized_end=2684
+  _DTYPE._serialized_start=2841
+  _DTYPE._serialized_end=2903
   _REGIONREF._serialized_start=37
   _REGIONREF._serialized_end=89
   _TENSOR._serialized_start=92
-  _TENSOR._serialized_end=236
-  _MATMULREQUEST._serialized_start=239
-  _MATMULREQUEST._serialized_end=567
-  _STREAMORDER._serialized_start=570
-  _STREAMORDER._serialized_end=756
-  _TIMING._serialized_start=758
-  _TIMING._serialized_end=836
-  _MATMULRESPONSE._serialized_start=839
-  _MATMULRESPONSE._serialized_end=1060
-  _GETSERVERINFOREQUEST._serialized_start=1062
-  _GETSERVERINFOREQUEST._serialized_end=1084
-  _DEVICE._serialized_start=1086
-  _DEVICE._serialized_end=1183
-  _LIMITS._serialized_start=1185
-  _LIMITS._serialized_end=1302
-  _GETSERVERINFORESPONSE._serialized_start=1305
-  _GETSERVERINFORESPONSE._serialized_end=1534
-  _OPENSESSIONREQUEST._serialized_start=1536
-  _OPENSESSIONREQUEST._serialized_end=1577
-  _SESSIONEVENT._serialized_start=1579
-  _SESSIONEVENT._serialized_end=1613
-  _CUDAIPCREGION._serialized_start=1615
-  _CUDAIPCREGION._serialized_end=1711
-  _SHMREGION._serialized_start=1713
-  _SHMREGION._serialized_end=1780
-  _CUDAVMMREGION._serialized_start=1783
-  _CUDAVMMREGION._serialized_end=1928
-  _REGISTERREGIONREQUEST._serialized_start=1931
-  _REGISTERREGIONREQUEST._serialized_end=2111
-  _REGISTERREGIONRESPONSE._serialized_start=2113
-  _REGISTERREGIONRESPONSE._serialized_end=2176
-  _UNREGISTERREGIONREQUEST._serialized_start=2178
-  _UNREGISTERREGIONREQUEST._serialized_end=2242
-  _UNREGISTERREGIONRESPONSE._serialized_start=2244
-  _UNREGISTERREGIONRESPONSE._serialized_end=2288
-  _LISTREGIONSREQUEST._serialized_start=2290
-  _LISTREGIONSREQUEST._serialized_end=2330
-  _REGIONINFO._serialized_start=2332
-  _REGIONINFO._serialized_end=2425
-  _LISTREGIONSRESPONSE._serialized_start=2427
-  _LISTREGIONSRESPONSE._serialized_end=2488
-  _ATTACHRINGREQUEST._serialized_start=2490
-  _ATTACHRINGREQUEST._serialized_end=2587
-  _RINGEVENT._serialized_start=2589
-  _RINGEVENT._serialized_end=2620
-  _MATMULSERVICE._serialized_start=2687
-  _MATMULSERVICE._serialized_end=3321
+  _TENSOR._serialized_end=278
+  _SCRATCHREF._serialized_start=280
+  _SCRATCHREF._serialized_end=331
+  _MATMULREQUEST._serialized_start=334
+  _MATMULREQUEST._serialized_end=706
+  _STREAMORDER._serialized_start=709
+  _STREAMORDER._serialized_end=895
+  _TIMING._serialized_start=897
+  _TIMING._serialized_end=975
+  _MATMULRESPONSE._serialized_start=978
+  _MATMULRESPONSE._serialized_end=1199
+  _GETSERVERINFOREQUEST._serialized_start=1201
+  _GETSERVERINFOREQUEST._serialized_end=1223
+  _DEVICE._serialized_start=1225
+  _DEVICE._serialized_end=1322
+  _LIMITS._serialized_start=1325
+  _LIMITS._serialized_end=1501
+  _GETSERVERINFORESPONSE._serialized_start=1504
+  _GETSERVERINFORESPONSE._serialized_end=1753
+  _OPENSESSIONREQUEST._serialized_start=1755
+  _OPENSESSIONREQUEST._serialized_end=1796
+  _SESSIONEVENT._serialized_start=1798
+  _SESSIONEVENT._serialized_end=1832
+  _CUDAIPCREGION._serialized_start=1834
+  _CUDAIPCREGION._serialized_end=1930
+  _SHMREGION._serialized_start=1932
+  _SHMREGION._serialized_end=1999
+  _CUDAVMMREGION._serialized_start=2002
+  _CUDAVMMREGION._serialized_end=2147
+  _REGISTERREGIONREQUEST._serialized_start=2150
+  _REGISTERREGIONREQUEST._serialized_end=2330
+  _REGISTERREGIONRESPONSE._serialized_start=2332
+  _REGISTERREGIONRESPONSE._serialized_end=2395
+  _UNREGISTERREGIONREQUEST._serialized_start=2397
+  _UNREGISTERREGIONREQUEST._serialized_end=2461
+  _UNREGISTERREGIONRESPONSE._serialized_start=2463
+  _UNREGISTERREGIONRESPONSE._serialized_end=2507
+  _LISTREGIONSREQUEST._serialized_start=2509
+  _LISTREGIONSREQUEST._serialized_end=2549
+  _REGIONINFO._serialized_start=2551
+  _REGIONINFO._serialized_end=2644
+  _LISTREGIONSRESPONSE._serialized_start=2646
+  _LISTREGIONSRESPONSE._serialized_end=2707
+  _ATTACHRINGREQUEST._serialized_start=2709
+  _ATTACHRINGREQUEST._serialized_end=2806
+  _RINGEVENT._serialized_start=2808
+  _RINGEVENT._serialized_end=2839
+  _MATMULSERVICE._serialized_start=2906
+  _MATMULSERVICE._serialized_end=3540
 # @@protoc_insertion_point(module_scope)
