@@ -22,8 +22,15 @@ they load on first use (import matmul_client.nn, or the attribute).
 import importlib as _importlib
 from importlib import metadata as _metadata
 
-from ._client import Client, close_default_clients, default_client, matmul
+from ._client import (
+    Client,
+    close_default_clients,
+    default_client,
+    matmul,
+    matmul_list,
+)
 from ._errors import MatmulError
+from ._product_list import Product, Scratch
 from ._tensors import HostTensor, bf16_bytes, floats_from_bf16
 
 try:
@@ -32,13 +39,25 @@ try:
 except _metadata.PackageNotFoundError:  # used from the source tree
     __version__ = "0.1.0+source"
 
-_TORCH_SUBMODULES = ("nn", "torch_ops")
+_TORCH_SUBMODULES = ("nn", "torch_ops", "lora")
+# Names of modules that import torch, loaded when first named.
+_TORCH_NAMES = {
+    "lora_linear": "lora",
+    "lora_linears": "lora",
+    "LoraLinear": "nn",
+    "LoraLinearGroup": "nn",
+    "lora_linears_of": "nn",
+}
 
 
 def __getattr__(name):
-    # matmul_client.nn / .torch_ops import torch: loaded when first named.
+    # matmul_client.nn / .torch_ops / .lora import torch: loaded when first
+    # named.
     if name in _TORCH_SUBMODULES:
         return _importlib.import_module(f".{name}", __name__)
+    if name in _TORCH_NAMES:
+        module = _importlib.import_module(f".{_TORCH_NAMES[name]}", __name__)
+        return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -47,9 +66,12 @@ __all__ = [
     "Client",
     "HostTensor",
     "MatmulError",
+    "Product",
+    "Scratch",
     "bf16_bytes",
     "close_default_clients",
     "default_client",
     "floats_from_bf16",
     "matmul",
+    "matmul_list",
 ]

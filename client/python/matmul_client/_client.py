@@ -19,6 +19,12 @@ from ._host_regions import _HostRegions
 from ._in_flight import _InFlight
 from ._inline_product import _InlineProduct
 from ._operands import _Operand, _output_shape
+from ._product_list import (
+    _CudaList,
+    _cuda_list_spec,
+    _products_of,
+    prepare_host_list,
+)
 from ._proto import matmul_pb2 as pb
 from ._proto import matmul_pb2_grpc as pb_grpc
 from ._scratch_pool import _ScratchPool
@@ -301,6 +307,81 @@ class Client(_Session, _HostRegions, _CudaRegions):
             product.release()
             raise
         return future
+
+    def matmul_list(self, products, stream=None, timeout=None):
+        """Runs a product list: several products as one request, run by
+        the daemon in order on one stream, each as matmul's
+        out = alpha * op(a) @ op(b) + beta * out.
+
+        products: Product(a, b, out, transpose_a=False, transpose_b=False,
+        alpha=1.0, beta=0.0) or plain tuples in that order. out is always
+        given and says the output dtype. Operands are torch tensors, all
+        CUDA or all CPU, or Scratch buffers of the daemon that live as long
+        as the list (Scratch.new(shape, dtype) as an out makes one,
+        Scratch(j, shape, dtype) reads or rewrites product j's). A product
+        may read what an earlier one wrote, in a tensor or in scratch, and
+        accumulate into its out with beta=1.
+
+        CUDA tensors through the request ring: the whole list is
+        stream-ordered as one product of matmul (after the work queued on
+        `stream` before the call, the work queued later waiting for the
+        last product) and the call returns at once; an error raises at a
+        later call or at synchronize(). Otherwise the call returns once
+        the list is done (CUDA over gRPC: after a device synchronize before
+        sending). CPU tensors not made by shared_tensor are copied through
+        a scratch shm region, the outputs copied back. Errors are the
+        daemon's MatmulError, naming the product at fault ("product 2: B:
+        ..."); limits in GetServerInfo's max_list_products and
+        max_list_scratch_bytes. Returns None: the outputs are the
+        caller's."""
+        self._raise_stream_failures()
+        items, cuda = _products_of(products)
+        if cuda:
+            prepared = self._prepare_cuda_list(items)
+            if self._stream_ordered() and \
+                    self._queue_on_stream(prepared, timeout, stream):
+                self._release_answered()
+                self._unregister_retired()
+                return None
+        else:
+            prepared = prepare_host_list(items, self.session_id,
+                                         self._shared_bytes_ref,
+                                         self._scratch)
+        prepared.synchronize_inputs()
+        try:
+            response = self._products.call(
+                prepared.request, self.timeout if timeout is None else timeout)
+            self.last_response = response
+            return prepared.finish(response)
+        finally:
+            prepared.release()
+            self._unregister_retired()
+
+    def _prepare_cuda_list(self, items):
+        device = None
+        for product in items:
+            for value in product[:3]:
+                if hasattr(value, "get_device"):
+                    device = value.get_device()
+                    break
+            if device is not None:
+                break
+        with self._lock:
+            session_id = self.session_id
+            self._check_freed_cuda_memory((device,))
+            spec = _cuda_list_spec(items, self._cuda_ref)
+            retired, self._retired = self._retired, []
+        return _CudaList(session_id, spec, device, retired,
+                         self._retired_done)
+
+    def _shared_bytes_ref(self, address, nbytes):
+        """(region id, offset) of bytes inside a shared_* region, or None."""
+        with self._lock:
+            shared = list(self._shared)
+        for segment, region_id in shared:
+            if segment.contains(address, nbytes):
+                return region_id, address - segment.address
+        return None
 
     def _transport_of(self, product):
         """Where `product` goes: inline products over the round_robin
@@ -630,6 +711,13 @@ def _close_live_clients():
 
 
 atexit.register(_close_live_clients)
+
+
+def matmul_list(products, target="unix:/run/matmul/matmul.sock", stream=None,
+                timeout=None):
+    """A product list on the daemon at `target`; see Client.matmul_list."""
+    return default_client(target).matmul_list(products, stream=stream,
+                                              timeout=timeout)
 
 
 def matmul(a, b, out=None, transpose_b=False, transpose_a=False, alpha=1.0,

@@ -32,9 +32,10 @@ v1::DType DTypeOf(py::handle value) {
   return static_cast<v1::DType>(dtype);
 }
 
+// An operand tuple; an int region_id names the scratch buffer of that
+// product of the list (offset_bytes into it) instead of a region.
 void SetTensor(py::handle operand, v1::Tensor* tensor) {
   const py::tuple items = TupleOf(operand, 5, "an operand");
-  const std::string region_id = items[0].cast<std::string>();
   const uint64_t offset_bytes = items[1].cast<uint64_t>();
   const py::tuple shape_items = TupleOf(items[2], -1, "a shape");
   const py::tuple stride_items =
@@ -42,19 +43,35 @@ void SetTensor(py::handle operand, v1::Tensor* tensor) {
   std::vector<int64_t> shape, strides;
   for (const py::handle d : shape_items) shape.push_back(d.cast<int64_t>());
   for (const py::handle s : stride_items) strides.push_back(s.cast<int64_t>());
-  SetRegionTensor(region_id, offset_bytes, shape, strides, DTypeOf(items[4]),
-                  tensor);
+  if (PyLong_Check(items[0].ptr())) {
+    v1::ScratchRef* scratch = tensor->mutable_scratch();
+    scratch->set_product(items[0].cast<uint32_t>());
+    scratch->set_offset_bytes(offset_bytes);
+    SetLayout(shape, strides, DTypeOf(items[4]), tensor);
+    return;
+  }
+  SetRegionTensor(items[0].cast<std::string>(), offset_bytes, shape, strides,
+                  DTypeOf(items[4]), tensor);
+}
+
+// One product's operands and options (no session: a list item has none).
+void SetProduct(py::handle product, v1::MatmulRequest* request) {
+  const py::tuple items = TupleOf(product, 8, "a product");
+  SetTensor(items[0], request->mutable_a());
+  SetTensor(items[1], request->mutable_b());
+  SetTensor(items[2], request->mutable_c());
+  request->set_transpose_a(items[3].cast<bool>());
+  request->set_transpose_b(items[4].cast<bool>());
+  request->set_alpha(items[5].cast<float>());
+  request->set_beta(items[6].cast<float>());
+  request->set_out_dtype(DTypeOf(items[7]));
 }
 
 }  // namespace
 
-void SetRegionTensor(std::string_view region_id, uint64_t offset_bytes,
-                     absl::Span<const int64_t> shape,
-                     absl::Span<const int64_t> strides, v1::DType dtype,
-                     v1::Tensor* tensor) {
-  v1::RegionRef* region = tensor->mutable_region();
-  region->set_region_id(region_id.data(), region_id.size());
-  region->set_offset_bytes(offset_bytes);
+void SetLayout(absl::Span<const int64_t> shape,
+               absl::Span<const int64_t> strides, v1::DType dtype,
+               v1::Tensor* tensor) {
   bool contiguous = true;
   int64_t dense = 1;  // the row-major stride of dimension i
   for (size_t i = shape.size(); i-- > 0;) {
@@ -68,18 +85,29 @@ void SetRegionTensor(std::string_view region_id, uint64_t offset_bytes,
   tensor->set_dtype(dtype);
 }
 
+void SetRegionTensor(std::string_view region_id, uint64_t offset_bytes,
+                     absl::Span<const int64_t> shape,
+                     absl::Span<const int64_t> strides, v1::DType dtype,
+                     v1::Tensor* tensor) {
+  v1::RegionRef* region = tensor->mutable_region();
+  region->set_region_id(region_id.data(), region_id.size());
+  region->set_offset_bytes(offset_bytes);
+  SetLayout(shape, strides, dtype, tensor);
+}
+
 v1::MatmulRequest ProductRequest(py::handle product,
                                  const std::string& session_id) {
-  const py::tuple items = TupleOf(product, 8, "a product");
   v1::MatmulRequest request;
-  SetTensor(items[0], request.mutable_a());
-  SetTensor(items[1], request.mutable_b());
-  SetTensor(items[2], request.mutable_c());
-  request.set_transpose_a(items[3].cast<bool>());
-  request.set_transpose_b(items[4].cast<bool>());
-  request.set_alpha(items[5].cast<float>());
-  request.set_beta(items[6].cast<float>());
-  request.set_out_dtype(DTypeOf(items[7]));
+  if (PyList_Check(product.ptr())) {
+    // A product list: the items are products of the form above.
+    const py::list items = py::reinterpret_borrow<py::list>(product);
+    request.mutable_products()->Reserve(static_cast<int>(items.size()));
+    for (const py::handle item : items) {
+      SetProduct(item, request.add_products());
+    }
+  } else {
+    SetProduct(product, &request);
+  }
   request.set_session_id(session_id);
   return request;
 }
@@ -94,7 +122,9 @@ void BindProductRequest(py::module_& module) {
       py::arg("product"), py::arg("session_id"),
       "The serialized MatmulRequest of a product described as "
       "(a, b, c, transpose_a, transpose_b, alpha, beta, out_dtype), each "
-      "operand (region_id, offset_bytes, shape, strides, dtype): what "
+      "operand (region_id, offset_bytes, shape, strides, dtype), or of a "
+      "product list (a Python list of such products; an int region_id is "
+      "then the scratch buffer of that product): what "
       "Ring.queue_on_stream sends.");
 }
 

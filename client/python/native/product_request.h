@@ -5,6 +5,12 @@
 //   product = (a, b, c, transpose_a, transpose_b, alpha, beta, out_dtype)
 //   operand = (region_id, offset_bytes, shape, strides, dtype)
 //
+// or a product list (MatmulRequest.products): a Python list of products,
+// in which an operand whose region_id is an int names the daemon scratch
+// buffer that product of the list made (ScratchRef{product,
+// offset_bytes}), so that a stream-ordered list is one request built here
+// as a single product is.
+//
 // shape and strides are tuples of ints (strides in elements; contiguous
 // row-major ones are left out of the request, as the package's own
 // messages leave them), dtype and out_dtype DType numbers. The daemon
@@ -26,6 +32,12 @@ namespace matmul::python {
 // ValueError when `product` does not have the form above. Needs the GIL.
 v1::MatmulRequest ProductRequest(pybind11::handle product,
                                  const std::string& session_id);
+
+// Sets `tensor`'s shape, strides (left out when contiguous row-major) and
+// dtype; `strides` has one item per dimension of `shape`.
+void SetLayout(absl::Span<const int64_t> shape,
+               absl::Span<const int64_t> strides, v1::DType dtype,
+               v1::Tensor* tensor);
 
 // Sets `tensor` to an operand at `offset_bytes` into region `region_id`:
 // shape, strides (left out when contiguous row-major, as above) and dtype.

@@ -253,7 +253,8 @@ void BindRing(py::module_& module) {
       .def("queue_on_stream", &Ring::QueueOnStream, py::arg("product"),
            py::arg("stream"), py::arg("timeout"), py::arg("tag"),
            "Queues the product (a, b, c, transpose_a, transpose_b, alpha, "
-           "beta, out_dtype; see product_request) on the CUDA stream (a "
+           "beta, out_dtype; see product_request), or a list of them (one "
+           "product list request), on the CUDA stream (a "
            "cudaStream_t as an int), the stream's later work waiting for "
            "it, and returns its ticket without waiting; a failure comes "
            "back from take_stream_failures with `tag`.")
