@@ -110,11 +110,11 @@ def _is_tensor(value):
 
 
 def _products_of(products):
-    """The list's products as tuples of 7, and whether their tensors are
-    CUDA ones (all of them, or none)."""
+    """The list's products as tuples of 7 (a Product is one), and whether
+    their tensors are CUDA ones (all of them, or none)."""
     items, cuda = [], None
     for index, product in enumerate(products):
-        if type(product) is not Product:
+        if len(product) != 7:  # a Product or a tuple of 7 is used as is
             product = Product(*product)
         for value, name in ((product.a, "a"), (product.b, "b"),
                             (product.out, "out")):
