@@ -86,7 +86,7 @@ class LoraLinear(torch.nn.Module):
     parent.proj = LoraLinear.from_linear(parent.proj, r=16, alpha=32)."""
 
     def __init__(self, base, r, alpha, *, adapter_dtype=torch.float32,
-                 target=torch_ops.DEFAULT_TARGET):
+                 target=torch_ops.DEFAULT_TARGET, client=None):
         super().__init__()
         if not isinstance(base, torch.nn.Linear):
             raise TypeError("LoraLinear wraps a torch.nn.Linear, got "
@@ -97,7 +97,10 @@ class LoraLinear(torch.nn.Module):
         for parameter in base.parameters():
             parameter.requires_grad_(False)
         self.r, self.alpha, self.scale = r, alpha, alpha / r
-        self.target = target
+        # The Client (or a stand-in with matmul_list, such as
+        # local_lists.LocalLists) that runs the lists; None: the
+        # process-wide Client of target.
+        self.target, self.client = target, client
         device = base.weight.device
         self.lora_A = torch.nn.Parameter(torch.empty(
             r, base.in_features, device=device, dtype=adapter_dtype))
@@ -125,7 +128,7 @@ class LoraLinear(torch.nn.Module):
     def forward(self, x):
         return lora.lora_linear(x, self.base.weight, self.lora_A,
                                 self.lora_B, self.scale, bias=self.base.bias,
-                                target=self.target)
+                                target=self.target, client=self.client)
 
     def extra_repr(self):
         return f"r={self.r}, alpha={self.alpha:g}, target={self.target!r}"
@@ -138,13 +141,14 @@ def lora_linears_of(x, modules):
     modules = tuple(modules)
     if not modules:
         return ()
-    targets = {m.target for m in modules}
-    if len(targets) != 1:
-        raise ValueError(f"lora_linears_of: modules of different targets "
-                         f"{sorted(targets)}")
+    runners = {(m.target, id(m.client)) for m in modules}
+    if len(runners) != 1:
+        raise ValueError("lora_linears_of: the modules run on different "
+                         "targets or clients")
     return lora.lora_linears(x, [m.projection() for m in modules],
                              [m.scale for m in modules],
-                             target=modules[0].target)
+                             target=modules[0].target,
+                             client=modules[0].client)
 
 
 class LoraLinearGroup(torch.nn.Module):

@@ -15,34 +15,55 @@ mean squared error, in FP32, against a fixed target: the block's output
 with fixed random "teacher" adapters, so that the loss falls as the
 adapters learn and follows the gradients closely. One step is zero_grad,
 forward, backward, optimizer step, with no synchronize inside (the losses
-are read after the run), as a user's loop would do:
+are read after the run), as a user's loop would do. The sides (--sides,
+default all):
 
-  local   torch.nn.functional.linear for every product;
-  daemon  torch.ops.matmul_client.linear for every product, forward and
-          backward: with torch >= 2.4 the op's own autograd (its backward
-          products are torch.ops.matmul_client.matmul calls, on the daemon
-          too); with an older torch, which registers no autograd for the op,
-          a torch.autograd.Function here whose backward makes the same
-          products through torch.ops.matmul_client.matmul (--autograd says
-          which; the report too).
+  local          torch.nn.functional.linear for every product, the adapter
+                 as PEFT adds it (separate products, scale, add);
+  daemon         torch.ops.matmul_client.linear for every product, forward
+                 and backward: with torch >= 2.4 the op's own autograd (its
+                 backward products are torch.ops.matmul_client.matmul
+                 calls, on the daemon too); with an older torch, which
+                 registers no autograd for the op, a torch.autograd.Function
+                 here whose backward makes the same products through
+                 torch.ops.matmul_client.matmul (--autograd says which; the
+                 report too): a request per product;
+  lists          matmul_client.nn.LoraLinear modules: gate and up (which
+                 share their input) as one product list forward and one
+                 backward (lora_linears_of), down as one each way: 4
+                 requests a step, the adapter added in the base GEMM's
+                 epilogue (beta = 1);
+  local_unsloth  the base GEMM, then the adapter added by one addmm_ into
+                 it (y = x W^T; y.addmm_(x A^T, B^T, alpha=scale));
+  local_lists    the lists side's very product lists run in this process
+                 with torch ops (matmul_client.local_lists.LocalLists:
+                 addmm_ into the same outputs, in the same order): the
+                 local time of the list algorithm, the lists side's ceiling.
 
-A step is 20 products (gate and up: 3 forward, 3 backward each, the input
-needing no gradient; down: 3 forward, 5 backward); one untimed step on the
-daemon side counts the products the client sends and fails unless all 20
-went to the daemon.
+A daemon step is 20 products (gate and up: 3 forward, 3 backward each, the
+input needing no gradient; down: 3 forward, 5 backward) in 20 requests on
+the daemon side and 4 on the lists side; one untimed step of each counts
+the requests the client sends (matmul and matmul_list calls) and fails
+unless they are 20 and 4. Two steps of every side from the initial
+adapters give their gradients, which must be within 1e-2 (relative norm)
+of local's.
 
-Both sides start from the same weights, data and target. Each repetition
-runs the two sides one after the other (the order alternating between
-repetitions), each from the initial adapters and a fresh optimizer:
+All sides start from the same weights, data and target. Each repetition
+runs the sides one after the other (the order reversed every other
+repetition), each from the initial adapters and a fresh optimizer:
 --warmup steps, then --steps steps timed by CUDA events around each step.
 Before the first repetition the daemon side steps until the daemon's
-per-shape tuning is done (with --metrics_url: until matmul_tuning_total has
+per-shape tuning is done (the daemon sides take turns; with --metrics_url:
+until matmul_tuning_total has
 not moved for --tuning_quiet_s, 10 s, while stepping; without it,
 --tuning_steps steps). Per-step time is the mean over the timed steps;
 the figures are the median (min..max) over --repeat repetitions, and the
-ratio local / daemon (>= 0.80 is the issue's target). The losses of every
-step of both sides must agree within 1% (relative); the script fails
-otherwise.
+ratios local / side (>= 0.80 is the issue's target for the daemon sides).
+The losses of every step of every side must agree with local's within 1%
+(relative); the script fails otherwise. The JSON keeps the earlier keys
+(daemon_ms, local_ms, ratio = local / daemon) and adds step.sides.<side>
+(ms, issue_ms, ratio_local_over, loss_max_relative_difference),
+requests_per_step and gradients.
 
 --products also times each of the step's products alone, 100 in a row per
 shape (CUDA events around the 100), through the daemon and with torch, so
@@ -54,7 +75,8 @@ that a miss can be told apart: kernels, hand-offs, or issuing.
     python3 tests/gpu/python/lora_step.py --target=unix:/tmp/x.sock \\
         --device=cpu --tokens=64 --hidden=32 --intermediate=64
 (tests/gpu/python/lora_step.sh starts a daemon from the bundle and runs
-this.)
+this.) Needs a daemon that serves product lists for the lists side
+(--sides=local,daemon leaves it out).
 """
 
 import argparse
@@ -75,12 +97,28 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import matmul_client  # noqa: E402
+import matmul_client.nn as mc_nn  # noqa: E402
 import matmul_client.torch_ops as torch_ops  # noqa: E402
+from matmul_client.local_lists import LocalLists  # noqa: E402
 
 PROJECTIONS = ("gate", "up", "down")
 TARGET_RATIO = 0.80
 LOSS_TOLERANCE = 0.01
+GRAD_TOLERANCE = 0.01
 PRODUCTS_PER_STEP = 20
+# Requests the client sends per step, by daemon side: a product each, or
+# four lists (gate and up forward, down forward, down backward, gate and up
+# backward).
+REQUESTS_PER_STEP = {"daemon": PRODUCTS_PER_STEP, "lists": 4}
+SIDES = ("local", "daemon", "lists", "local_unsloth", "local_lists")
+DAEMON_SIDES = ("daemon", "lists")
+SIDE_DOCS = {
+    "local": "local (F.linear, PEFT-style)",
+    "daemon": "daemon (a request per product)",
+    "lists": "lists (LoraLinear, product lists)",
+    "local_unsloth": "local_unsloth (base, addmm_)",
+    "local_lists": "local_lists (the lists, torch ops)",
+}
 IN_A_ROW = 100
 
 
@@ -191,25 +229,80 @@ def forward(linear, x, base, adapters, scale):
     return lora_projection(linear, h, base["down"], *adapters["down"], scale)
 
 
+def unsloth_projection(x, w, a, b, scale):
+    """x W^T, then the adapter added by one addmm_ into it (Unsloth's
+    LoRA forward): y.addmm_(x A^T, B^T, alpha=scale)."""
+    y = F.linear(x, w)
+    return y.addmm_(F.linear(x, a.to(torch.bfloat16)), b.to(torch.bfloat16).t(),
+                    alpha=scale)
+
+
+def forward_unsloth(x, base, adapters, scale):
+    g = unsloth_projection(x, base["gate"], *adapters["gate"], scale)
+    u = unsloth_projection(x, base["up"], *adapters["up"], scale)
+    h = F.silu(g) * u
+    return unsloth_projection(h, base["down"], *adapters["down"], scale)
+
+
+def lora_modules(state, args, client):
+    """{projection: matmul_client.nn.LoraLinear} over the frozen base
+    weights (not copied), the adapters set to the initial ones; `client`
+    runs their lists (None: the daemon at --target)."""
+    modules = {}
+    for name, (out, inp) in dims(args).items():
+        base = torch.nn.utils.skip_init(
+            torch.nn.Linear, inp, out, bias=False,
+            device=state["x"].device, dtype=torch.bfloat16)
+        base.weight = torch.nn.Parameter(state["base"][name],
+                                         requires_grad=False)
+        module = mc_nn.LoraLinear(base, args.rank, args.lora_alpha,
+                                  target=args.target, client=client)
+        with torch.no_grad():
+            module.lora_A.copy_(state["adapters"][name][0])
+            module.lora_B.copy_(state["adapters"][name][1])
+        modules[name] = module
+    return modules
+
+
 class Side:
     """One side's trainable adapters (from the initial values) and its
     AdamW; step() is one training step, returning the loss undetached from
-    the device (no synchronize)."""
+    the device (no synchronize). kind is one of SIDES; linear is the
+    product of the "local" and "daemon" sides."""
 
-    def __init__(self, linear, state, args):
-        self.linear, self.state, self.scale = linear, state, args.scale
-        self.adapters = {
-            name: tuple(torch.nn.Parameter(t.clone()) for t in pair)
-            for name, pair in state["adapters"].items()}
+    def __init__(self, kind, linear, state, args):
+        self.kind, self.linear = kind, linear
+        self.state, self.scale = state, args.scale
+        self.modules = None
+        if kind in ("lists", "local_lists"):
+            self.modules = lora_modules(
+                state, args, LocalLists() if kind == "local_lists" else None)
+            self.adapters = {name: (m.lora_A, m.lora_B)
+                             for name, m in self.modules.items()}
+        else:
+            self.adapters = {
+                name: tuple(torch.nn.Parameter(t.clone()) for t in pair)
+                for name, pair in state["adapters"].items()}
         self.optimizer = torch.optim.AdamW(
             [p for pair in self.adapters.values() for p in pair],
             lr=args.lr, weight_decay=args.weight_decay)
 
+    def forward(self):
+        x = self.state["x"]
+        if self.modules is not None:
+            # gate and up read x: one list each way; down another.
+            g, u = mc_nn.lora_linears_of(
+                x, (self.modules["gate"], self.modules["up"]))
+            return self.modules["down"](F.silu(g) * u)
+        if self.kind == "local_unsloth":
+            return forward_unsloth(x, self.state["base"], self.adapters,
+                                   self.scale)
+        return forward(self.linear, x, self.state["base"], self.adapters,
+                       self.scale)
+
     def step(self):
         self.optimizer.zero_grad(set_to_none=True)
-        y = forward(self.linear, self.state["x"], self.state["base"],
-                    self.adapters, self.scale)
-        loss = F.mse_loss(y.float(), self.state["target"])
+        loss = F.mse_loss(self.forward().float(), self.state["target"])
         loss.backward()
         self.optimizer.step()
         return loss.detach()
@@ -248,7 +341,7 @@ def run_side(side_name, linear, state, args, clock, target):
     Returns (losses of every step, ms of each timed step, the host's ms to
     issue a step). The host issues the timed steps back to back: where its
     figure is near the step's, the step waits for the host, not the GPU."""
-    side = Side(linear, state, args)
+    side = Side(side_name, linear, state, args)
     losses = [side.step() for _ in range(args.warmup)]
     clock.sync()
     marks = [clock.mark()]
@@ -258,12 +351,12 @@ def run_side(side_name, linear, state, args, clock, target):
         marks.append(clock.mark())
     issue_ms = (time.perf_counter() - start) * 1e3 / args.steps
     step_ms = [clock.ms(a, b) for a, b in zip(marks, marks[1:])]
-    if side_name == "daemon":
+    if side_name in DAEMON_SIDES:
         matmul_client.default_client(target).synchronize()
     return [loss.item() for loss in losses], step_ms, issue_ms
 
 
-def profile_daemon_step(linear, state, args, clock, target):
+def profile_daemon_step(side_name, linear, state, args, clock, target):
     """Where a daemon step's time goes: the host's time to issue one step
     (no synchronize) beside the GPU's time for it, the client's fast-path
     hits and misses over the steps, and the Python functions that took
@@ -272,7 +365,7 @@ def profile_daemon_step(linear, state, args, clock, target):
     import io
     import pstats
     client = matmul_client.default_client(target)
-    side = Side(linear, state, args)
+    side = Side(side_name, linear, state, args)
     for _ in range(3):
         side.step()
     clock.sync()
@@ -301,23 +394,52 @@ def profile_daemon_step(linear, state, args, clock, target):
     return report
 
 
-def count_daemon_products(linear, state, args, target):
-    """Products the client sends to the daemon in one training step."""
+def count_requests(side_name, linear, state, args, target):
+    """Requests (hand-offs to the daemon) the client sends in one training
+    step of a daemon side: its matmul and matmul_list calls."""
     client = matmul_client.default_client(target)
     calls = []
-    send = client.matmul
 
-    def counting(*positional, **keywords):
-        calls.append(1)
-        return send(*positional, **keywords)
+    def counting(method):
+        def call(*positional, **keywords):
+            calls.append(1)
+            return method(*positional, **keywords)
+        return call
 
-    client.matmul = counting
+    client.matmul = counting(client.matmul)
+    client.matmul_list = counting(client.matmul_list)
     try:
-        Side(linear, state, args).step()
+        Side(side_name, linear, state, args).step()
         client.synchronize()
     finally:
         del client.matmul
+        del client.matmul_list
     return len(calls)
+
+
+def adapter_gradients(side_name, linear, state, args):
+    """The adapters' gradients of a side's second step from the initial
+    adapters ({projection: (dA, dB)}, on the CPU): B starts at zero, so
+    that of the first step has no dA."""
+    side = Side(side_name, linear, state, args)
+    side.step()
+    side.step()
+    if side_name in DAEMON_SIDES:
+        matmul_client.default_client(args.target).synchronize()
+    return {name: tuple(p.grad.detach().double().cpu() for p in pair)
+            for name, pair in side.adapters.items()}
+
+
+def gradient_difference(grads, reference):
+    """The largest relative norm difference of one side's adapter gradients
+    from the reference's."""
+    worst = 0.0
+    for name, pair in reference.items():
+        for got, want in zip(grads[name], pair):
+            norm = want.norm().item()
+            diff = (got - want).norm().item()
+            worst = max(worst, diff / norm if norm else diff)
+    return worst
 
 
 def tuning_total(url):
@@ -332,10 +454,19 @@ def tuning_total(url):
     return total
 
 
-def settle_tuning(linear, state, args, clock):
-    """Steps the daemon side until its per-shape tuning is done (see the
-    module's doc). Returns what it saw."""
-    side = Side(linear, state, args)
+def settle_tuning(linears, state, args, clock):
+    """Steps the daemon sides (one step of each per round) until the
+    daemon's per-shape tuning is done (see the module's doc). Returns what
+    it saw."""
+    sides = [Side(name, linears.get(name), state, args)
+             for name in args.sides if name in DAEMON_SIDES]
+
+    class Rounds:
+        def step(self):
+            for side in sides:
+                side.step()
+
+    side = Rounds()
     start = time.monotonic()
     steps = 0
     if not args.metrics_url:
@@ -366,31 +497,46 @@ def settle_tuning(linear, state, args, clock):
 
 
 def measure_step(linears, state, args, clock):
-    runs = {"local": [], "daemon": []}
-    order = ["daemon", "local"]
+    """--repeat runs of every side in args.sides (the order reversed every
+    other repetition). Each side's per-step ms, the ratios local / side,
+    and each side's largest relative loss difference from local's."""
+    sides = list(args.sides)
+    runs = {side: [] for side in sides}
     for r in range(args.repeat):
-        for side_name in (order if r % 2 == 0 else order[::-1]):
+        for side_name in (sides if r % 2 == 0 else sides[::-1]):
             losses, step_ms, issue_ms = run_side(
-                side_name, linears[side_name], state, args, clock,
+                side_name, linears.get(side_name), state, args, clock,
                 args.target)
             runs[side_name].append({"losses": losses, "step_ms": step_ms,
                                     "issue_ms": issue_ms})
             print(".", end="", flush=True, file=sys.stderr)
     mean = {side: [statistics.fmean(run["step_ms"]) for run in runs[side]]
             for side in runs}
-    ratio = [loc / dae for loc, dae in zip(mean["local"], mean["daemon"])]
-    worst = 0.0
-    for loc, dae in zip(runs["local"], runs["daemon"]):
-        for a, b in zip(loc["losses"], dae["losses"]):
-            worst = max(worst, abs(b - a) / abs(a) if a else abs(b))
     issue = {side: [run["issue_ms"] for run in runs[side]] for side in runs}
-    return {"daemon_ms": spread(mean["daemon"]),
-            "local_ms": spread(mean["local"]), "ratio": spread(ratio),
-            "daemon_issue_ms": spread(issue["daemon"]),
-            "local_issue_ms": spread(issue["local"]),
-            "target_ratio": TARGET_RATIO,
-            "loss_max_relative_difference": worst,
-            "loss_tolerance": LOSS_TOLERANCE, "runs": runs}
+    report = {"sides": {}, "target_ratio": TARGET_RATIO,
+              "loss_tolerance": LOSS_TOLERANCE, "runs": runs}
+    worst_all = 0.0
+    for side in sides:
+        entry = {"ms": spread(mean[side]), "issue_ms": spread(issue[side])}
+        if side != "local":
+            entry["ratio_local_over"] = spread(
+                [loc / ms for loc, ms in zip(mean["local"], mean[side])])
+            worst = 0.0
+            for loc, run in zip(runs["local"], runs[side]):
+                for a, b in zip(loc["losses"], run["losses"]):
+                    worst = max(worst, abs(b - a) / abs(a) if a else abs(b))
+            entry["loss_max_relative_difference"] = worst
+            worst_all = max(worst_all, worst)
+        report["sides"][side] = entry
+        report[side + "_ms"] = entry["ms"]
+        report[side + "_issue_ms"] = entry["issue_ms"]
+    # The figures earlier reports had: local / daemon, and the worst loss.
+    if "daemon" in runs:
+        report["ratio"] = report["sides"]["daemon"]["ratio_local_over"]
+    if "lists" in runs:
+        report["ratio_lists"] = report["sides"]["lists"]["ratio_local_over"]
+    report["loss_max_relative_difference"] = worst_all
+    return report
 
 
 # --- the step's products, one shape at a time --------------------------------
@@ -483,33 +629,46 @@ def table(report):
              f"block {c['tokens']} tokens, hidden {c['hidden']}, "
              f"intermediate {c['intermediate']}, rank {c['rank']}, scale "
              f"{c['scale']:g}; AdamW lr {c['lr']:g} on FP32 adapters; "
-             f"{c['warmup']} warm-up + {c['steps']} timed steps per run; "
-             f"{report['products_per_step']} products per step through the "
-             "daemon",
+             f"{c['warmup']} warm-up + {c['steps']} timed steps per run",
+             "requests (hand-offs) per step: " + ", ".join(
+                 f"{side} {n}" for side, n in
+                 report["requests_per_step"].items()),
              "tuning warm-up: " + tuning_line(report["tuning"]), "",
-             "training step, ms (mean over the timed steps of a run)",
-             "%-26s %24s" % ("daemon (matmul_client op)",
-                             cell(s["daemon_ms"], "%.3f")),
-             "%-26s %24s" % ("local (F.linear)", cell(s["local_ms"], "%.3f")),
-             "%-26s %24s" % ("host issues a daemon step",
-                             cell(s["daemon_issue_ms"], "%.3f")),
-             "%-26s %24s" % ("host issues a local step",
-                             cell(s["local_issue_ms"], "%.3f")),
-             "%-26s %24s  %s" % ("ratio local / daemon",
-                                 cell(s["ratio"], "%.3f"),
-                                 verdict(s["ratio"]["median"],
-                                         s["target_ratio"])),
-             "", "losses, first repetition (relative difference; max over "
-             "all runs %.2e, tolerance %g)" % (
-                 s["loss_max_relative_difference"], s["loss_tolerance"]),
-             "%6s %14s %14s %10s" % ("step", "local", "daemon", "rel diff")]
+             "training step, ms (mean over the timed steps of a run); "
+             "ratio = local / side",
+             "%-34s %24s %24s %20s" % ("side", "step ms", "host issues, ms",
+                                       "ratio")]
+    for side in s["sides"]:
+        entry = s["sides"][side]
+        ratio = entry.get("ratio_local_over")
+        lines.append("%-34s %24s %24s %20s%s" % (
+            SIDE_DOCS[side], cell(entry["ms"], "%.3f"),
+            cell(entry["issue_ms"], "%.3f"),
+            cell(ratio, "%.3f") if ratio else "",
+            ("  " + verdict(ratio["median"], s["target_ratio"]))
+            if ratio and side in DAEMON_SIDES else ""))
+    grads = report.get("gradients")
+    if grads:
+        lines += ["", "adapter gradients after two steps, largest relative "
+                  "difference from local's (tolerance %g): " % GRAD_TOLERANCE
+                  + ", ".join(f"{side} {worst:.2e}"
+                              for side, worst in grads.items())]
+    others = [side for side in s["sides"] if side != "local"]
+    lines += ["", "losses, first repetition (relative difference from local; "
+              "max over all runs %.2e, tolerance %g)" % (
+                  s["loss_max_relative_difference"], s["loss_tolerance"]),
+              "%6s %14s" % ("step", "local") + "".join(
+                  " %14s %10s" % (side[:14], "rel diff") for side in others)]
     local = s["runs"]["local"][0]["losses"]
-    daemon = s["runs"]["daemon"][0]["losses"]
-    for i, (a, b) in enumerate(zip(local, daemon)):
+    for i, a in enumerate(local):
         label = ("w%d" % (i + 1)) if i < c["warmup"] else \
             str(i + 1 - c["warmup"])
-        lines.append("%6s %14.6g %14.6g %10.2e" % (
-            label, a, b, abs(b - a) / abs(a) if a else abs(b)))
+        line = "%6s %14.6g" % (label, a)
+        for side in others:
+            b = s["runs"][side][0]["losses"][i]
+            line += " %14.6g %10.2e" % (b, abs(b - a) / abs(a) if a
+                                        else abs(b))
+        lines.append(line)
     p = report.get("products")
     if p:
         lines += ["", f"the step's products one shape at a time, "
@@ -602,8 +761,17 @@ def main():
                         help="also profile the daemon side's steps: host "
                         "time to issue a step against its GPU time, the "
                         "client's fast-path hits and misses, cProfile's top "
-                        "functions")
+                        "functions (each daemon side)")
+    parser.add_argument("--sides", default=",".join(SIDES),
+                        help="the sides to run, comma-separated (default "
+                        "all: " + ",".join(SIDES) + "); local always runs")
     args = parser.parse_args()
+    args.sides = [side for side in args.sides.split(",") if side]
+    unknown = sorted(set(args.sides) - set(SIDES))
+    if unknown:
+        parser.error(f"unknown sides {unknown}; expected some of {SIDES}")
+    if "local" not in args.sides:
+        args.sides.insert(0, "local")
     args.scale = args.lora_alpha / args.rank
     device = torch.device(args.device)
     if args.autograd == "auto":
@@ -636,34 +804,57 @@ def main():
                             adapters="FP32, cast to BF16 for the products",
                             loss="MSE in FP32 against a teacher's output")
     failed = []
-    report["products_per_step"] = count_daemon_products(
-        linears["daemon"], state, args, args.target)
-    if report["products_per_step"] != PRODUCTS_PER_STEP:
-        failed.append(f"{report['products_per_step']} products per step "
-                      f"through the daemon, expected {PRODUCTS_PER_STEP}")
-    report["tuning"] = settle_tuning(linears["daemon"], state, args, clock)
+    report["requests_per_step"] = {}
+    for side in args.sides:
+        if side not in DAEMON_SIDES:
+            continue
+        count = count_requests(side, linears.get(side), state, args,
+                               args.target)
+        report["requests_per_step"][side] = count
+        if count != REQUESTS_PER_STEP[side]:
+            failed.append(f"{side}: {count} requests per step, expected "
+                          f"{REQUESTS_PER_STEP[side]}")
+    if "daemon" in report["requests_per_step"]:
+        report["products_per_step"] = report["requests_per_step"]["daemon"]
+    report["tuning"] = settle_tuning(linears, state, args, clock)
+    reference = adapter_gradients("local", linears["local"], state, args)
+    report["gradients"] = {
+        side: gradient_difference(adapter_gradients(
+            side, linears.get(side), state, args), reference)
+        for side in args.sides if side != "local"}
+    for side, worst in report["gradients"].items():
+        if not worst <= GRAD_TOLERANCE:
+            failed.append(f"{side}: adapter gradients after two steps differ "
+                          f"from local's by up to {worst:.2e} (relative), "
+                          f"more than {GRAD_TOLERANCE:g}")
     report["step"] = measure_step(linears, state, args, clock)
     if args.metrics_url:  # a key met late (another batch) was tuned then
         report["tuning"]["during_runs"] = tuning_total(
             args.metrics_url) - report["tuning"]["total"]
-    worst = report["step"]["loss_max_relative_difference"]
-    if not worst <= LOSS_TOLERANCE:
-        failed.append(f"losses differ by up to {worst:.2e} (relative), "
-                      f"more than {LOSS_TOLERANCE:g}")
+    for side, entry in report["step"]["sides"].items():
+        worst = entry.get("loss_max_relative_difference", 0.0)
+        if not worst <= LOSS_TOLERANCE:
+            failed.append(f"{side}: losses differ from local's by up to "
+                          f"{worst:.2e} (relative), more than "
+                          f"{LOSS_TOLERANCE:g}")
     if args.products:
         report["products"] = measure_products(args, device, clock)
     print(file=sys.stderr)
     print(table(report))
     if args.profile:
-        profile = profile_daemon_step(linears["daemon"], state, args, clock,
-                                      args.target)
-        report["profile"] = profile
-        print(f"\nprofile of {args.steps} daemon steps: host issues a step "
-              f"in {profile['issue_ms']:.3f} ms, the step takes "
-              f"{profile['step_ms']:.3f} ms; fast path hits "
-              f"{profile.get('fast_path_hits')}, misses "
-              f"{profile.get('fast_path_misses')}")
-        print(profile["profile"])
+        report["profile"] = {}
+        for side in args.sides:
+            if side not in DAEMON_SIDES:
+                continue
+            profile = profile_daemon_step(side, linears.get(side), state,
+                                          args, clock, args.target)
+            report["profile"][side] = profile
+            print(f"\nprofile of {args.steps} {side} steps: host issues a "
+                  f"step in {profile['issue_ms']:.3f} ms, the step takes "
+                  f"{profile['step_ms']:.3f} ms; fast path hits "
+                  f"{profile.get('fast_path_hits')}, misses "
+                  f"{profile.get('fast_path_misses')}")
+            print(profile["profile"])
     for line in failed:
         print("FAILED " + line)
     if args.json:

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Starts a CUDA daemon from the bundle with its default flags (plus
 # DAEMON_FLAGS) and runs lora_step.py against it: a LoRA training step of a
-# Qwen-like MLP block at the seed's shapes, every product through
-# torch.ops.matmul_client.linear (forward and backward) against the same
-# step with torch.nn.functional.linear in the same process (issue 33): the
-# per-step times, their ratio (target >= 0.80), the losses step by step of
-# both sides (within 1%, else it fails); each figure the median (min..max)
-# of 3 runs. Writes $OUT/lora_step.json and $OUT/lora_step.txt (the table);
+# Qwen-like MLP block at the seed's shapes, through the daemon a request
+# per product (torch.ops.matmul_client.linear, issue 33) and as product
+# lists (matmul_client.nn.LoraLinear: 4 requests a step, issue 46), against
+# the same step in the same process with torch.nn.functional.linear
+# (PEFT-style), with Unsloth's addmm_ form, and with the very lists run by
+# torch ops (the lists' ceiling): the per-step times, the ratios local /
+# side (target >= 0.80), the losses step by step of every side (within 1%
+# of local's, else it fails), the adapter gradients after two steps (within
+# 1e-2), the requests per step; each figure the median (min..max) of 3
+# runs. Writes $OUT/lora_step.json and $OUT/lora_step.txt (the table);
 # under MPS (MPS=on, or MPS=both for both in one call) a fresh daemon and
 # the script run as clients of one MPS server started here, as
 # tests/gpu/service/handoff_floor.sh does, into $OUT/lora_step_mps.json and
