@@ -105,8 +105,17 @@ def _dtype_of(tensor, index, name):
     return dtype
 
 
+_TENSOR_TYPES = set()  # types seen to be torch's (a set lookup per operand)
+
+
 def _is_tensor(value):
-    return type(value).__module__.split(".")[0] == "torch"
+    kind = type(value)
+    if kind in _TENSOR_TYPES:
+        return True
+    if kind.__module__.split(".")[0] == "torch":
+        _TENSOR_TYPES.add(kind)
+        return True
+    return False
 
 
 def _products_of(products):
@@ -116,8 +125,8 @@ def _products_of(products):
     for index, product in enumerate(products):
         if len(product) != 7:  # a Product or a tuple of 7 is used as is
             product = Product(*product)
-        for value, name in ((product.a, "a"), (product.b, "b"),
-                            (product.out, "out")):
+        for value, name in ((product[0], "a"), (product[1], "b"),
+                            (product[2], "out")):
             if isinstance(value, Scratch):
                 continue
             if not _is_tensor(value):
