@@ -50,43 +50,132 @@ def _in_dtype(t, dtype):
     return t if t.dtype is dtype else t.to(dtype)
 
 
+def forward_list(client, scales, x, params, keep_xa=True):
+    """Runs the forward list of projections of x (params: (W, A, B, bias)
+    per projection, bias None or a tensor). Returns (outputs, saved):
+    saved is [x's BF16 rows] + (W, A, B as BF16, xa) per projection, xa
+    None without keep_xa (it then stays in daemon scratch, and the
+    backward makes it again)."""
+    in_features = x.shape[-1]
+    rows = x if x.dim() == 2 else x.reshape(-1, in_features)
+    xb = _bf16(rows)
+    m = xb.shape[0]
+    y_dtype = _out_dtype(x.dtype)
+    device = x.device
+    products, ys, saved = [], [], [xb]
+    for j, scale in enumerate(scales):
+        w, a, b, bias = params[4 * j:4 * j + 4]
+        w16, a16, b16 = _bf16(w), _bf16(a), _bf16(b)
+        if keep_xa:
+            xa = torch.empty((m, a.shape[0]), dtype=_BF16, device=device)
+            products.append((xb, a16, xa, False, True, 1.0, 0.0))
+        else:
+            products.append((xb, a16, Scratch.new((m, a.shape[0]), BF16),
+                             False, True, 1.0, 0.0))
+            xa = Scratch(len(products) - 1, (m, a.shape[0]), BF16)
+        y = torch.empty((m, w.shape[0]), dtype=y_dtype, device=device)
+        beta = 0.0
+        if bias is not None:
+            y.copy_(bias)
+            beta = 1.0
+        elif not (m and in_features):
+            y.zero_()  # a sum of nothing
+        products.append((xb, w16, y, False, True, 1.0, beta))
+        products.append((xa, b16, y, False, True, scale, 1.0))
+        saved += (w16, a16, b16, xa if keep_xa else None)
+        ys.append(y)
+    if m and in_features:
+        client.matmul_list(products)
+    outputs = []
+    for y in ys:
+        if y_dtype is not x.dtype:
+            y = y.to(x.dtype)
+        outputs.append(y if x.dim() == 2 else
+                       y.view(*x.shape[:-1], y.shape[1]))
+    return outputs, saved
+
+
+def backward_list(client, scales, saved, x_shape, x_dtype, param_dtypes,
+                  needs, grads):
+    """Runs the backward list: saved as forward_list gave it, needs the
+    needs_input_grad of (x, *params), grads the outputs' gradients (None
+    for an output with none). Returns (dx, [grad of each param])."""
+    xb, rest = saved[0], saved[1:]
+    need_x = needs[0]
+    m, in_features = xb.shape
+    device = xb.device
+    products = []
+    dx = None
+    param_grads = [None] * len(param_dtypes)
+    casts = []  # (index into param_grads, dtype) of grads to cast
+    for j, grad in enumerate(grads):
+        if grad is None:
+            continue
+        need_w, need_a, need_b, need_bias = needs[1 + 4 * j:5 + 4 * j]
+        if not (need_x or need_w or need_a or need_b or need_bias):
+            continue
+        w16, a16, b16, xa = rest[4 * j:4 * j + 4]
+        w_dtype, a_dtype, b_dtype, bias_dtype = param_dtypes[4 * j:4 * j + 4]
+        scale = scales[j]
+        dy = _bf16(grad.reshape(m, grad.shape[-1]))
+        rank = a16.shape[0]
+        if need_b and xa is None:  # xa = x A^T again, in scratch
+            products.append((xb, a16, Scratch.new((m, rank), BF16), False,
+                             True, 1.0, 0.0))
+            xa = Scratch(len(products) - 1, (m, rank), BF16)
+        if need_a or need_x:  # t = dy B, in daemon scratch
+            t = Scratch(len(products), (m, rank), BF16)
+            products.append((dy, b16, t, False, False, 1.0, 0.0))
+        if need_b:
+            db = torch.empty(b16.shape, dtype=_out_dtype(b_dtype),
+                             device=device)
+            products.append((dy, xa, db, True, False, scale, 0.0))
+            param_grads[4 * j + 2] = db
+            casts.append((4 * j + 2, b_dtype))
+        if need_a:
+            da = torch.empty(a16.shape, dtype=_out_dtype(a_dtype),
+                             device=device)
+            products.append((t, xb, da, True, False, scale, 0.0))
+            param_grads[4 * j + 1] = da
+            casts.append((4 * j + 1, a_dtype))
+        if need_w:
+            dw = torch.empty(w16.shape, dtype=_out_dtype(w_dtype),
+                             device=device)
+            products.append((dy, xb, dw, True, False, 1.0, 0.0))
+            param_grads[4 * j] = dw
+            casts.append((4 * j, w_dtype))
+        if need_x:
+            beta = 1.0
+            if dx is None:
+                dx = torch.empty((m, in_features), dtype=_out_dtype(x_dtype),
+                                 device=device)
+                beta = 0.0
+            products.append((dy, w16, dx, False, False, 1.0, beta))
+            products.append((t, a16, dx, False, False, scale, 1.0))
+        if need_bias:
+            param_grads[4 * j + 3] = grad.reshape(m, -1).sum(0).to(
+                bias_dtype)
+    if products:
+        if m and in_features:
+            client.matmul_list(products)
+        else:
+            for grad in param_grads + [dx]:
+                if grad is not None:
+                    grad.zero_()
+    for index, dtype in casts:
+        param_grads[index] = _in_dtype(param_grads[index], dtype)
+    if dx is not None:
+        dx = _in_dtype(dx, x_dtype).view(x_shape)
+    return dx, param_grads
+
+
 class _LoraLinears(torch.autograd.Function):
     """forward(client, scales, x, *params), params (W, A, B, bias) per
     projection (bias may be None): one list forward, one list backward."""
 
     @staticmethod
     def forward(ctx, client, scales, x, *params):
-        in_features = x.shape[-1]
-        rows = x if x.dim() == 2 else x.reshape(-1, in_features)
-        xb = _bf16(rows)
-        m = xb.shape[0]
-        y_dtype = _out_dtype(x.dtype)
-        device = x.device
-        products, ys, saved = [], [], [xb]
-        for j, scale in enumerate(scales):
-            w, a, b, bias = params[4 * j:4 * j + 4]
-            w16, a16, b16 = _bf16(w), _bf16(a), _bf16(b)
-            xa = torch.empty((m, a.shape[0]), dtype=_BF16, device=device)
-            y = torch.empty((m, w.shape[0]), dtype=y_dtype, device=device)
-            beta = 0.0
-            if bias is not None:
-                y.copy_(bias)
-                beta = 1.0
-            elif not (m and in_features):
-                y.zero_()  # a sum of nothing
-            products.append((xb, a16, xa, False, True, 1.0, 0.0))
-            products.append((xb, w16, y, False, True, 1.0, beta))
-            products.append((xa, b16, y, False, True, scale, 1.0))
-            saved += (w16, a16, b16, xa)
-            ys.append(y)
-        if m and in_features:
-            client.matmul_list(products)
-        outputs = []
-        for y in ys:
-            if y_dtype is not x.dtype:
-                y = y.to(x.dtype)
-            outputs.append(y if x.dim() == 2 else
-                           y.view(*x.shape[:-1], y.shape[1]))
+        outputs, saved = forward_list(client, scales, x, params)
         ctx.save_for_backward(*saved)
         ctx.client, ctx.scales = client, scales
         ctx.x_shape, ctx.x_dtype = x.shape, x.dtype
@@ -96,71 +185,9 @@ class _LoraLinears(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        xb, *rest = ctx.saved_tensors
-        needs = ctx.needs_input_grad  # client, scales, x, then params
-        need_x = needs[2]
-        m, in_features = xb.shape
-        device = xb.device
-        products = []
-        dx = None
-        param_grads = [None] * len(ctx.param_dtypes)
-        casts = []  # (index into param_grads, dtype) of grads to cast
-        for j, grad in enumerate(grads):
-            if grad is None:
-                continue
-            need_w, need_a, need_b, need_bias = needs[3 + 4 * j:7 + 4 * j]
-            if not (need_x or need_w or need_a or need_b or need_bias):
-                continue
-            w16, a16, b16, xa = rest[4 * j:4 * j + 4]
-            w_dtype, a_dtype, b_dtype, bias_dtype = \
-                ctx.param_dtypes[4 * j:4 * j + 4]
-            scale = ctx.scales[j]
-            dy = _bf16(grad.reshape(m, grad.shape[-1]))
-            rank = a16.shape[0]
-            if need_a or need_x:  # t = dy B, in daemon scratch
-                t = Scratch(len(products), (m, rank), BF16)
-                products.append((dy, b16, t, False, False, 1.0, 0.0))
-            if need_b:
-                db = torch.empty(b16.shape, dtype=_out_dtype(b_dtype),
-                                 device=device)
-                products.append((dy, xa, db, True, False, scale, 0.0))
-                param_grads[4 * j + 2] = db
-                casts.append((4 * j + 2, b_dtype))
-            if need_a:
-                da = torch.empty(a16.shape, dtype=_out_dtype(a_dtype),
-                                 device=device)
-                products.append((t, xb, da, True, False, scale, 0.0))
-                param_grads[4 * j + 1] = da
-                casts.append((4 * j + 1, a_dtype))
-            if need_w:
-                dw = torch.empty(w16.shape, dtype=_out_dtype(w_dtype),
-                                 device=device)
-                products.append((dy, xb, dw, True, False, 1.0, 0.0))
-                param_grads[4 * j] = dw
-                casts.append((4 * j, w_dtype))
-            if need_x:
-                beta = 1.0
-                if dx is None:
-                    dx = torch.empty((m, in_features),
-                                     dtype=_out_dtype(ctx.x_dtype),
-                                     device=device)
-                    beta = 0.0
-                products.append((dy, w16, dx, False, False, 1.0, beta))
-                products.append((t, a16, dx, False, False, scale, 1.0))
-            if need_bias:
-                param_grads[4 * j + 3] = grad.reshape(m, -1).sum(0).to(
-                    bias_dtype)
-        if products:
-            if m and in_features:
-                ctx.client.matmul_list(products)
-            else:
-                for grad in param_grads + [dx]:
-                    if grad is not None:
-                        grad.zero_()
-        for index, dtype in casts:
-            param_grads[index] = _in_dtype(param_grads[index], dtype)
-        if dx is not None:
-            dx = _in_dtype(dx, ctx.x_dtype).view(ctx.x_shape)
+        dx, param_grads = backward_list(
+            ctx.client, ctx.scales, ctx.saved_tensors, ctx.x_shape,
+            ctx.x_dtype, ctx.param_dtypes, ctx.needs_input_grad[2:], grads)
         return (None, None, dx, *param_grads)
 
 

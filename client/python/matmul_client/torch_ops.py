@@ -19,12 +19,20 @@ itself does not):
       weight [out, in], bias [out]; the bias is added by the daemon (beta=1
       on an output that starts as the bias), in FP32 before rounding.
 
-Both run on the process-wide Client of `target` (matmul_client.
+  matmul_client::lora_linear(Tensor x, Tensor weight, Tensor lora_a,
+      Tensor lora_b, float scale, Tensor? bias=None,
+      str target=DEFAULT_TARGET) -> Tensor
+      x @ weight.T (+ bias) + scale * (x @ lora_a.T) @ lora_b.T, one
+      product list forward and one backward (matmul_client.lora); the
+      adapters may be FP32 (cast to BF16 for the products, gradients in
+      their dtype).
+
+All run on the process-wide Client of `target` (matmul_client.
 default_client), CPU and CUDA tensors alike, and have fake (meta)
 implementations that give the result's shape, dtype and device without
 calling the daemon, so torch.compile(fullgraph=True) traces each as one
 opaque node. Where torch.library.register_autograd exists (torch >= 2.4)
-both are differentiable: their gradients are products on the daemon too.
+all are differentiable: their gradients are products on the daemon too.
 
 What each torch offers (SUPPORT says which applied here):
   torch >= 2.4    define/impl, register_fake, register_autograd, compile;
@@ -39,6 +47,7 @@ import math
 
 import torch
 
+from . import lora as _lora
 from ._client import default_client
 
 DEFAULT_TARGET = "unix:/run/matmul/matmul.sock"
@@ -51,6 +60,10 @@ _MATMUL_SCHEMA = (
 _LINEAR_SCHEMA = (
     "linear(Tensor x, Tensor weight, Tensor? bias=None, "
     "ScalarType? out_dtype=None, "
+    f"str target=\"{DEFAULT_TARGET}\") -> Tensor")
+_LORA_LINEAR_SCHEMA = (
+    "lora_linear(Tensor x, Tensor weight, Tensor lora_a, Tensor lora_b, "
+    "float scale, Tensor? bias=None, "
     f"str target=\"{DEFAULT_TARGET}\") -> Tensor")
 
 
@@ -239,6 +252,63 @@ def _linear_backward(ctx, grad):
     return grad_x, grad_w, grad_bias, None, None
 
 
+# --- lora_linear ---------------------------------------------------------------
+#
+# x W^T (+ bias) + scale * (x A^T) B^T as one product list forward and one
+# backward (matmul_client.lora). The op's output is y alone, so x A^T stays
+# in the daemon's scratch in the forward and the backward list makes it
+# again (a rank-r product, small beside the base GEMM) instead of keeping
+# it as matmul_client.lora.lora_linear's autograd.Function does.
+
+def _lora_shape(x, weight, lora_a, lora_b, bias):
+    out_features = _linear_shape(x, weight, bias)[-1]
+    rank = lora_a.shape[0] if lora_a.dim() == 2 else None
+    if lora_a.dim() != 2 or lora_a.shape[1] != weight.shape[1]:
+        raise ValueError(f"{NAMESPACE}::lora_linear: lora_a is "
+                         f"{list(lora_a.shape)}; expected [r, "
+                         f"{weight.shape[1]}]")
+    if tuple(lora_b.shape) != (out_features, rank):
+        raise ValueError(f"{NAMESPACE}::lora_linear: lora_b is "
+                         f"{list(lora_b.shape)}; expected [{out_features}, "
+                         f"{rank}]")
+    return tuple(x.shape[:-1]) + (out_features,)
+
+
+def _lora_linear_impl(x, weight, lora_a, lora_b, scale, bias=None,
+                      target=DEFAULT_TARGET):
+    _lora_shape(x, weight, lora_a, lora_b, bias)
+    outputs, _ = _lora.forward_list(default_client(target), (scale,), x,
+                                    (weight, lora_a, lora_b, bias),
+                                    keep_xa=False)
+    return outputs[0]
+
+
+def _lora_linear_fake(x, weight, lora_a, lora_b, scale, bias=None,
+                      target=DEFAULT_TARGET):
+    return x.new_empty(_lora_shape(x, weight, lora_a, lora_b, bias))
+
+
+def _lora_linear_setup_context(ctx, inputs, output):
+    x, weight, lora_a, lora_b, scale, bias, target = inputs
+    ctx.save_for_backward(x, weight, lora_a, lora_b)
+    ctx.scale, ctx.target = scale, target
+    ctx.dtypes = (weight.dtype, lora_a.dtype, lora_b.dtype,
+                  None if bias is None else bias.dtype)
+
+
+def _lora_linear_backward(ctx, grad):
+    x, weight, lora_a, lora_b = ctx.saved_tensors
+    rows = x if x.dim() == 2 else _as_rows(x)
+    saved = [_to_bf16(rows), _to_bf16(weight), _to_bf16(lora_a),
+             _to_bf16(lora_b), None]
+    needs = ctx.needs_input_grad
+    dx, grads = _lora.backward_list(
+        default_client(ctx.target), (ctx.scale,), saved, x.shape, x.dtype,
+        ctx.dtypes, (needs[0], needs[1], needs[2], needs[3], needs[5]),
+        [grad])
+    return dx, grads[0], grads[1], grads[2], None, grads[3], None
+
+
 # --- registration ------------------------------------------------------------
 
 def _already_defined():
@@ -272,14 +342,16 @@ def _register():
     # one would skip it. Where torch knows the tag, Inductor's CUDA graphs
     # (mode="reduce-overhead") then leave these ops out.
     unsafe = getattr(getattr(torch, "Tag", None), "cudagraph_unsafe", None)
-    for schema in (_MATMUL_SCHEMA, _LINEAR_SCHEMA):
+    for schema in (_MATMUL_SCHEMA, _LINEAR_SCHEMA, _LORA_LINEAR_SCHEMA):
         if unsafe is not None:
             library.define(schema, tags=(unsafe,))
         else:
             library.define(schema)
     support["cudagraph_unsafe_tag"] = unsafe is not None
     for name, impl, fake in (("matmul", _matmul_impl, _matmul_fake),
-                             ("linear", _linear_impl, _linear_fake)):
+                             ("linear", _linear_impl, _linear_fake),
+                             ("lora_linear", _lora_linear_impl,
+                              _lora_linear_fake)):
         for key in ("CPU", "CUDA"):
             library.impl(name, impl, key)
         qualified = f"{NAMESPACE}::{name}"
@@ -298,6 +370,9 @@ def _register():
         torch.library.register_autograd(
             f"{NAMESPACE}::linear", _linear_backward,
             setup_context=_linear_setup_context, lib=library)
+        torch.library.register_autograd(
+            f"{NAMESPACE}::lora_linear", _lora_linear_backward,
+            setup_context=_lora_linear_setup_context, lib=library)
         support["autograd"] = True
     return library, support
 
@@ -328,6 +403,20 @@ def matmul(a, b, transpose_a=False, transpose_b=False, alpha=1.0,
         _refuse_grad("matmul")
     return torch.ops.matmul_client.matmul(a, b, transpose_a, transpose_b,
                                           alpha, out_dtype, target)
+
+
+def lora_linear(x, weight, lora_a, lora_b, scale, bias=None,
+                target=DEFAULT_TARGET):
+    """torch.ops.matmul_client.lora_linear where this torch registers its
+    autograd (or nothing needs a gradient); elsewhere
+    matmul_client.lora.lora_linear, the same lists through an
+    autograd.Function."""
+    if not SUPPORT["autograd"] and _needs_grad(x, weight, lora_a, lora_b,
+                                               bias):
+        return _lora.lora_linear(x, weight, lora_a, lora_b, scale, bias=bias,
+                                 target=target)
+    return torch.ops.matmul_client.lora_linear(x, weight, lora_a, lora_b,
+                                               float(scale), bias, target)
 
 
 def linear(x, weight, bias=None, out_dtype=None, target=DEFAULT_TARGET):
