@@ -32,6 +32,7 @@ import grpc
 import matmul_client
 from matmul_client import HostTensor, MatmulError
 from matmul_client._cuda_product import _CudaProduct
+from matmul_client._product_list import list_request
 from matmul_client._proto import matmul_pb2 as pb
 
 
@@ -302,8 +303,25 @@ def check_stream_calls_without_a_gpu(client):
         got = pb.MatmulRequest.FromString(
             _native.product_request(spec, "session-7"))
         check(got == want, f"C++ request {got} != Python's {want}")
+    # A product list: a Python list of products, an int region id naming
+    # the scratch of that product.
+    listed = list(products) + [
+        (("ra", 64, (16, 32), (32, 1), bf16),
+         ("rb", 0, (24, 32), (32, 1), bf16),
+         (2, 0, (16, 24), (24, 1), bf16), False, True, 1.0, 0.0, bf16),
+        ((2, 96, (24, 8), (1, 24), bf16),
+         ("rb", 0, (8, 32), (32, 1), bf16),
+         ("rc", 0, (24, 32), (32, 1), fp32), False, False, 2.0, 1.0, fp32),
+    ]
+    want = list_request("session-7", listed)
+    got = pb.MatmulRequest.FromString(
+        _native.product_request(listed, "session-7"))
+    check(got == want, f"C++ list request {got} != Python's {want}")
+    check(got.products[3].a.scratch.offset_bytes == 96 and
+          got.products[2].c.HasField("scratch"),
+          f"scratch operands lost: {got}")
     for bad in (products[0][:7], products[0][:2] + (("rc", 0),) +
-                products[0][3:]):
+                products[0][3:], [products[0], products[0][:7]]):
         try:
             _native.product_request(bad, "s")
         except (TypeError, ValueError):
