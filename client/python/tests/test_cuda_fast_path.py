@@ -193,6 +193,40 @@ class CudaFastPathTest(unittest.TestCase):
         self.assertEqual(request.session_id, SESSION)
         self.assertEqual(request.c.region.region_id, "r3")
 
+    def test_a_cuda_list_is_one_stream_ordered_request(self):
+        # The lora forward and a scratch read: one queue_on_stream of the
+        # list's spec (built in C++), the same request as the package's
+        # message, each storage registered once.
+        a = self.tensor(0x7400_0000_0000, (4, 64))
+        b = self.tensor(0x7500_0000_0000, (32, 4))
+        xa = self.tensor(0x7600_0000_0000, (16, 4))
+        t = matmul_client.Scratch(3, (16, 4))
+        self.assertIsNone(self.client.matmul_list([
+            (self.x, a, xa, False, True),
+            (self.x, self.w, self.y, False, True, 1.0, 1.0),
+            (xa, b, self.y, False, True, 2.0, 1.0),
+            (self.x, a, matmul_client.Scratch.new((16, 4)), False, True),
+            (t, b, self.y, False, True, 0.5, 1.0),
+        ]))
+        self.assertEqual(self.counts(), (0, 1))
+        self.assertEqual(len(self.registered), 6)  # x, a, xa, w, y, b
+        path, data, stream, _, _ = self.ring.queued[0]
+        self.assertEqual(stream, self.torch.streams[0])
+        request = pb.MatmulRequest.FromString(data)
+        self.assertEqual(request.session_id, SESSION)
+        self.assertEqual(len(request.products), 5)
+        self.assertFalse(request.HasField("a"))
+        self.assertEqual(request.products[0].c, request.products[2].a)
+        self.assertEqual(request.products[3].c.scratch.product, 3)
+        self.assertEqual(request.products[4].a.scratch.product, 3)
+        self.assertEqual(request.products[4].alpha, 0.5)
+        from matmul_client._product_list import list_request
+        spec = self.client._prepare_cuda_list(
+            [(self.x, a, xa, False, True, 1.0, 0.0)]).spec
+        self.assertEqual(request.products[0],
+                         list_request(SESSION, spec).products[0])
+        self.assertEqual(self.torch.synchronized, 0)  # stream-ordered
+
     def test_the_same_request_as_the_python_path(self):
         self.client.matmul(self.x, self.w, out=self.y, transpose_b=True)
         side = mock.Mock(cuda_stream=0x5A5A)
