@@ -98,6 +98,15 @@ int RunInfo(absl::string_view target, absl::Duration timeout, bool json) {
                                   Bytes(limits.max_tensor_bytes()))
             << absl::StreamFormat("  max_concurrent_requests: %d\n",
                                   limits.max_concurrent_requests())
+            << absl::StreamFormat("  max_list_products:       %d\n",
+                                  limits.max_list_products())
+            << absl::StreamFormat("  max_list_scratch_bytes:  %d (%s)\n",
+                                  limits.max_list_scratch_bytes(),
+                                  Bytes(limits.max_list_scratch_bytes()))
+            // An MPS client shares the GPU with other MPS clients without
+            // context switches (and shares their faults): worth seeing.
+            << absl::StreamFormat("mps client:    %s\n",
+                                  info->mps_client() ? "yes" : "no")
             << absl::StreamFormat("input dtypes:  %s\n",
                                   DTypeList(info->supported_input_dtypes()))
             << absl::StreamFormat("output dtypes: %s\n",
