@@ -52,7 +52,9 @@ absl::StatusOr<CudaDriverApi> LoadCudaDriverApi() {
         Load("cuMemGetAllocationGranularity", &api.mem_get_granularity),
         Load("cuStreamWaitValue32", &api.stream_wait_value32),
         Load("cuStreamWriteValue32", &api.stream_write_value32),
-        Load("cuPointerGetAttribute", &api.pointer_get_attribute)}) {
+        Load("cuPointerGetAttribute", &api.pointer_get_attribute),
+        Load("cuDeviceGetExecAffinitySupport",
+             &api.device_exec_affinity_support)}) {
     if (!status.ok()) return status;
   }
   return api;

@@ -34,6 +34,10 @@ struct CudaDriverApi {
   // Which allocation holds an address (the Python client's stale-region
   // check).
   decltype(&cuPointerGetAttribute) pointer_get_attribute = nullptr;
+  // Whether a context may be limited to some SMs: only an MPS client's
+  // may (runtime/mps_client.h).
+  decltype(&cuDeviceGetExecAffinitySupport) device_exec_affinity_support =
+      nullptr;
 
   // "CUDA_ERROR_INVALID_VALUE: invalid argument"-style text for `result`.
   std::string ErrorText(CUresult result) const;

@@ -1,5 +1,8 @@
 #include "kernels/gemm_backend.h"
 
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "kernels/gemm_batch.h"
 
 namespace matmul {
@@ -15,6 +18,31 @@ absl::StatusOr<GemmRunInfo> GemmBackend::RunBatch(
   // reads; a device backend overrides this to move them.
   return on_device ? RunDevice(combined->problem())
                    : RunHost(combined->problem());
+}
+
+absl::StatusOr<std::vector<GemmRunInfo>> GemmBackend::RunList(
+    const GemmList& list, bool on_device) {
+  if (list.stream_order != nullptr) {
+    return absl::FailedPreconditionError(
+        "stream-ordered product lists need the CUDA backend");
+  }
+  // uint64_t elements: aligned for every operand's element type.
+  std::vector<uint64_t> scratch(static_cast<size_t>(list.scratch_bytes + 7) /
+                                8);
+  const std::vector<GemmProblem> products = WithScratch(list, scratch.data());
+  std::vector<GemmRunInfo> runs;
+  runs.reserve(products.size());
+  for (size_t i = 0; i < products.size(); ++i) {
+    absl::StatusOr<GemmRunInfo> run =
+        on_device ? RunDevice(products[i]) : RunHost(products[i]);
+    if (!run.ok()) {
+      return absl::Status(
+          run.status().code(),
+          absl::StrCat("product ", i, ": ", run.status().message()));
+    }
+    runs.push_back(*std::move(run));
+  }
+  return runs;
 }
 
 }  // namespace matmul

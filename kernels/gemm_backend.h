@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/gemm/gemm_problem.h"
+#include "kernels/gemm_list.h"
 
 namespace matmul {
 
@@ -29,6 +30,9 @@ struct DeviceInfo {
   // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L and the DCGM
   // exporter's UUID label print it; empty on the CPU.
   std::string uuid;
+  // True when the daemon's context on the device is a client of an MPS
+  // server (kernels/cuda/runtime/mps_client.h).
+  bool mps_client = false;
 };
 
 // What a metrics scrape reads from a backend now; -1 for what the backend
@@ -80,6 +84,15 @@ class GemmBackend {
   // output is complete. Thread-safe.
   virtual absl::StatusOr<GemmRunInfo> RunBatch(
       absl::Span<const GemmProblem* const> problems, bool on_device);
+
+  // Runs a product list (kernels/gemm_list.h) in order, each product after
+  // the previous one is complete, with scratch of the backend's own
+  // memory; `on_device` as for RunBatch. Returns one GemmRunInfo per
+  // product. Blocks until every output is complete. Thread-safe. This
+  // default runs each product by RunHost or RunDevice with scratch in host
+  // memory, and has no stream order.
+  virtual absl::StatusOr<std::vector<GemmRunInfo>> RunList(const GemmList& list,
+                                                           bool on_device);
 };
 
 }  // namespace matmul

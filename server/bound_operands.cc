@@ -80,8 +80,21 @@ void BoundOperands::SetStreamOrderGiveUp(
 absl::StatusOr<const char*> BoundOperands::Resolve(
     const v1::Tensor& tensor, const CheckedTensor& checked,
     const std::string& name, const std::string& session_id,
+    const ListPlan* list, ScratchOperand::Which which,
     const RegionRegistry& registry, bool device_pointers,
     std::vector<uint32_t>* realigned, std::optional<Span>* span) {
+  if (checked.in_scratch) {
+    // ValidateList checked that the buffer exists and holds the extent.
+    const uint64_t begin =
+        static_cast<uint64_t>(list->buffer_start[checked.scratch_product]) +
+        checked.offset_bytes;
+    // A name no region's memory object has.
+    *span = Span{"\x01scratch", begin,
+                 begin + static_cast<uint64_t>(checked.extent_bytes)};
+    scratch_operands_.push_back(
+        {.operand = which, .offset_bytes = static_cast<int64_t>(begin)});
+    return nullptr;
+  }
   if (!checked.in_region) {
     return Aligned(tensor.inline_data(), realigned);
   }
@@ -159,32 +172,56 @@ absl::Status BoundOperands::CheckRegionsIntact() const {
 absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::Bind(
     const MatmulPlan& plan, const v1::MatmulRequest& request,
     const RegionRegistry& registry, bool device_pointers) {
+  return BindWith(
+      plan, request, request.session_id(),
+      request.has_stream_order() ? &request.stream_order() : nullptr,
+      /*list=*/nullptr, registry, device_pointers);
+}
+
+absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::BindListed(
+    const ListPlan& list, size_t index, const v1::MatmulRequest& item,
+    const std::string& session_id, const v1::StreamOrder* order,
+    const RegionRegistry& registry, bool device_pointers) {
+  return BindWith(list.products[index], item, session_id, order, &list,
+                  registry, device_pointers);
+}
+
+absl::StatusOr<std::unique_ptr<BoundOperands>> BoundOperands::BindWith(
+    const MatmulPlan& plan, const v1::MatmulRequest& request,
+    const std::string& session, const v1::StreamOrder* order,
+    const ListPlan* list, const RegionRegistry& registry,
+    bool device_pointers) {
   std::unique_ptr<BoundOperands> bound(new BoundOperands());
   bound->problem_ = plan.problem;
-  bound->on_device_ = device_pointers && plan.a.in_region && plan.b.in_region &&
+  auto in_place = [](const CheckedTensor& t) {
+    return t.in_region || t.in_scratch;
+  };
+  bound->on_device_ = device_pointers && in_place(plan.a) && in_place(plan.b) &&
                       plan.output_in_region;
   GemmProblem& p = bound->problem_;
-  const std::string& session = request.session_id();
+  using Which = ScratchOperand::Which;
   std::optional<Span> a_span, b_span, c_span;
-  ASSIGN_OR_RETURN(const char* a,
-                   bound->Resolve(request.a(), plan.a, "A", session, registry,
-                                  device_pointers, &bound->a_copy_, &a_span));
-  ASSIGN_OR_RETURN(const char* b,
-                   bound->Resolve(request.b(), plan.b, "B", session, registry,
-                                  device_pointers, &bound->b_copy_, &b_span));
+  ASSIGN_OR_RETURN(
+      const char* a,
+      bound->Resolve(request.a(), plan.a, "A", session, list, Which::kA,
+                     registry, device_pointers, &bound->a_copy_, &a_span));
+  ASSIGN_OR_RETURN(
+      const char* b,
+      bound->Resolve(request.b(), plan.b, "B", session, list, Which::kB,
+                     registry, device_pointers, &bound->b_copy_, &b_span));
   p.a.data = a;
   p.b.data = b;
 
-  if (request.has_stream_order()) {
-    RETURN_IF_ERROR(bound->BindStreamOrder(request.stream_order(), session,
-                                           registry, device_pointers));
+  if (order != nullptr) {
+    RETURN_IF_ERROR(
+        bound->BindStreamOrder(*order, session, registry, device_pointers));
   }
 
   if (plan.output_in_region) {
-    ASSIGN_OR_RETURN(
-        const char* c,
-        bound->Resolve(request.c(), *plan.c, "C", session, registry,
-                       device_pointers, /*realigned=*/nullptr, &c_span));
+    ASSIGN_OR_RETURN(const char* c,
+                     bound->Resolve(request.c(), *plan.c, "C", session, list,
+                                    Which::kC, registry, device_pointers,
+                                    /*realigned=*/nullptr, &c_span));
     if ((a_span && c_span->Overlaps(*a_span)) ||
         (b_span && c_span->Overlaps(*b_span))) {
       return absl::InvalidArgumentError(

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "common/gemm/gemm_problem.h"
 #include "common/gemm/stream_order.h"
+#include "kernels/gemm_list.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/regions/region_registry.h"
 #include "server/request_validation.h"
@@ -36,6 +37,16 @@ class BoundOperands {
   // intact (Region::CheckIntact).
   static absl::StatusOr<std::unique_ptr<BoundOperands>> Bind(
       const MatmulPlan& plan, const v1::MatmulRequest& request,
+      const RegionRegistry& registry, bool device_pointers);
+
+  // Bind for product `index` of a list (ValidateList's `list`): region
+  // operands as Bind binds them, in `session_id`; scratch operands get no
+  // pointer but an entry in scratch_operands(), and count as memory for the
+  // overlap check. `order`, the list's stream order, is bound here when
+  // set (the list's first product carries it).
+  static absl::StatusOr<std::unique_ptr<BoundOperands>> BindListed(
+      const ListPlan& list, size_t index, const v1::MatmulRequest& item,
+      const std::string& session_id, const v1::StreamOrder* order,
       const RegionRegistry& registry, bool device_pointers);
 
   BoundOperands(const BoundOperands&) = delete;
@@ -61,6 +72,10 @@ class BoundOperands {
   void SetStreamOrderGiveUp(std::function<absl::Status()> give_up);
   // Moves the inline result out (empty when the output is in a region).
   std::string TakeOutput() { return std::move(output_); }
+  // BindListed's operands in scratch, their `product` left 0.
+  const std::vector<ScratchOperand>& scratch_operands() const {
+    return scratch_operands_;
+  }
 
  private:
   BoundOperands() = default;
@@ -76,16 +91,25 @@ class BoundOperands {
     }
   };
 
+  // Bind and BindListed: `list` and `index` are set for a listed product.
+  static absl::StatusOr<std::unique_ptr<BoundOperands>> BindWith(
+      const MatmulPlan& plan, const v1::MatmulRequest& request,
+      const std::string& session_id, const v1::StreamOrder* order,
+      const ListPlan* list, const RegionRegistry& registry,
+      bool device_pointers);
+
   // Resolves the request's stream_order words in their shm region.
   absl::Status BindStreamOrder(const v1::StreamOrder& order,
                                const std::string& session_id,
                                const RegionRegistry& registry,
                                bool device_pointers);
   // Resolves one operand to its first element's address; `span` is set for
-  // an operand in a region.
+  // an operand in a region or in scratch (whose address is null: the
+  // operand goes to scratch_operands_ as `which`).
   absl::StatusOr<const char*> Resolve(
       const v1::Tensor& tensor, const CheckedTensor& checked,
       const std::string& name, const std::string& session_id,
+      const ListPlan* list, ScratchOperand::Which which,
       const RegionRegistry& registry, bool device_pointers,
       std::vector<uint32_t>* realigned, std::optional<Span>* span);
 
@@ -96,6 +120,7 @@ class BoundOperands {
   std::string output_;
   std::vector<uint32_t> a_copy_;
   std::vector<uint32_t> b_copy_;
+  std::vector<ScratchOperand> scratch_operands_;
   // Held while in flight, each distinct region once (so a region's use
   // count, less the registry's reference, counts requests).
   std::vector<std::shared_ptr<Region>> regions_;

@@ -134,6 +134,13 @@ ABSL_FLAG(int64_t, max_message_bytes, int64_t{256} << 20,
           "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int64_t, max_dimension, int64_t{1} << 24,
           "Largest M, N, K or batch accepted.");
+ABSL_FLAG(int, max_list_products, 32,
+          "Most products in one product list (MatmulRequest.products); a "
+          "longer list gets INVALID_ARGUMENT.");
+ABSL_FLAG(int64_t, max_list_scratch_bytes, int64_t{256} << 20,
+          "Most bytes of daemon scratch one product list may use (device "
+          "memory on a GPU, held while the list runs); a list asking for "
+          "more gets INVALID_ARGUMENT.");
 ABSL_FLAG(int, max_metric_shapes, 64,
           "Distinct shapes that get their own metric series; later shapes "
           "are counted under shape=\"other\".");
@@ -374,6 +381,19 @@ int main(int argc, char** argv) {
       absl::Microseconds(absl::GetFlag(FLAGS_worker_spin_us));
   options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.limits.max_dimension = absl::GetFlag(FLAGS_max_dimension);
+  options.limits.max_list_products = absl::GetFlag(FLAGS_max_list_products);
+  options.limits.max_list_scratch_bytes =
+      absl::GetFlag(FLAGS_max_list_scratch_bytes);
+  if (options.limits.max_list_products < 1 ||
+      options.limits.max_list_scratch_bytes < 0) {
+    std::fprintf(stderr,
+                 "matmul-server: --max_list_products is %d and "
+                 "--max_list_scratch_bytes %lld; expected at least 1 and at "
+                 "least 0\n",
+                 options.limits.max_list_products,
+                 static_cast<long long>(options.limits.max_list_scratch_bytes));
+    return 2;
+  }
   options.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);
   options.allow_other_shm_owners = absl::GetFlag(FLAGS_allow_other_shm_owners);
   options.rings.poll_spin =

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/gemm/shape_name.h"
 #include "kernels/device_lost.h"
@@ -55,7 +56,90 @@ void MatmulRunner::RunBatch(
       live.push_back(product.get());
     }
   }
-  if (!live.empty()) RunLaunch(live, started);
+  if (live.empty()) return;
+  // A list is a launch of its own (PlaceInBatches).
+  if (live.front()->list != nullptr) {
+    RunList(*live.front(), started);
+    return;
+  }
+  RunLaunch(live, started);
+}
+
+void MatmulRunner::DeviceLost(const std::vector<PendingProduct*>& products,
+                              const absl::Status& status) {
+  for (PendingProduct* product : products) {
+    std::move(product->finish)(DeviceLostAnswer());
+  }
+  if (!device_lost_.exchange(true) && on_device_lost_) {
+    on_device_lost_(status);
+  }
+}
+
+void MatmulRunner::RunList(PendingProduct& product, absl::Time started) {
+  const BoundList& list = *product.list;
+  const absl::Time launched = absl::Now();
+  absl::StatusOr<std::vector<GemmRunInfo>> runs =
+      backend_.RunList(list.gemm_list(), list.on_device());
+  const absl::Time ran = absl::Now();
+  if (!runs.ok() && IsDeviceLost(runs.status())) {
+    DeviceLost({&product}, runs.status());
+    return;
+  }
+  if (!runs.ok()) {
+    std::move(product.finish)(absl::Status(
+        runs.status().code(),
+        absl::StrCat(backend_.name(), " backend: ", runs.status().message())));
+    return;
+  }
+  if (absl::Status intact = list.CheckRegionsIntact(); !intact.ok()) {
+    std::move(product.finish)(std::move(intact));
+    return;
+  }
+  if (product.in_flight != nullptr && !product.in_flight->ClaimForWriting()) {
+    return;
+  }
+  // Each product's FLOPs and kernel time count under its own shape and
+  // kernel; the request's latency under the list's (kListShape).
+  const std::vector<GemmProblem>& problems = list.gemm_list().products;
+  std::vector<RequestRecord> records;
+  records.reserve(problems.size());
+  double kernel_seconds = 0.0;
+  std::vector<std::string> kernels;
+  kernels.reserve(problems.size());
+  for (size_t i = 0; i < problems.size(); ++i) {
+    RequestRecord& record = records.emplace_back();
+    record.shape = ShapeName(problems[i]);
+    record.kernel = (*runs)[i].kernel;
+    record.flops = problems[i].flops();
+    record.kernel_seconds = (*runs)[i].kernel_seconds;
+    record.observe_latency = false;
+    kernel_seconds += record.kernel_seconds;
+    kernels.push_back(record.kernel);
+  }
+  RequestRecord& whole = records.emplace_back();
+  whole.shape = std::string(kListShape);
+  whole.queue_seconds = absl::ToDoubleSeconds(started - product.accepted);
+  whole.total_seconds = absl::ToDoubleSeconds(absl::Now() - product.accepted);
+  whole.observe_kernel = false;
+  v1::MatmulResponse* response = product.response;
+  response->set_request_id(product.request->request_id());
+  response->set_backend(backend_.name());
+  response->set_device_index(device_index_);
+  response->set_kernel(absl::StrJoin(kernels, " + "));
+  response->set_batch_size(1);
+  v1::Timing* timing = response->mutable_timing();
+  timing->set_queue_seconds(whole.queue_seconds);
+  timing->set_kernel_seconds(kernel_seconds);
+  timing->set_total_seconds(whole.total_seconds);
+  std::move(product.finish)(absl::OkStatus());
+  const absl::Time answered = absl::Now();
+  metrics_.RecordRequests(device_label_, records);
+  metrics_.RecordLaunch(
+      device_label_, whole.shape,
+      {.batch_size = 1,
+       .kernel_seconds = kernel_seconds,
+       .launch_seconds = absl::ToDoubleSeconds(ran - launched),
+       .answer_seconds = absl::ToDoubleSeconds(answered - ran)});
 }
 
 void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
@@ -71,12 +155,7 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   absl::StatusOr<GemmRunInfo> run = backend_.RunBatch(problems, on_device);
   const absl::Time ran = absl::Now();
   if (!run.ok() && IsDeviceLost(run.status())) {
-    for (PendingProduct* product : live) {
-      std::move(product->finish)(DeviceLostAnswer());
-    }
-    if (!device_lost_.exchange(true) && on_device_lost_) {
-      on_device_lost_(run.status());
-    }
+    DeviceLost(live, run.status());
     return;
   }
   if (!run.ok() && live.size() > 1) {

@@ -44,6 +44,12 @@ class MatmulRunner {
   // fails, retries them one by one so that one bad product cannot fail
   // the others.
   void RunLaunch(const std::vector<PendingProduct*>& live, absl::Time started);
+  // Runs a product list (PendingProduct::list) and answers it.
+  void RunList(PendingProduct& product, absl::Time started);
+  // Answers `product` UNAVAILABLE and, the first time, reports the lost
+  // device.
+  void DeviceLost(const std::vector<PendingProduct*>& products,
+                  const absl::Status& status);
 
   GemmBackend& backend_;
   ServerMetrics& metrics_;

@@ -301,6 +301,11 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::GetServerInfo(
   limits->set_max_dimension(options_.admission.limits.max_dimension);
   limits->set_max_tensor_bytes(options_.admission.limits.max_tensor_bytes);
   limits->set_max_concurrent_requests(options_.max_concurrent_requests);
+  limits->set_max_list_products(options_.admission.limits.max_list_products);
+  limits->set_max_list_scratch_bytes(
+      options_.admission.limits.max_list_scratch_bytes);
+  response->set_mps_client(
+      lanes_.front().backend->devices().front().mps_client);
   response->add_supported_input_dtypes(v1::DTYPE_BF16);
   response->add_supported_output_dtypes(v1::DTYPE_BF16);
   response->add_supported_output_dtypes(v1::DTYPE_FP32);

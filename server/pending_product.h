@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "matmul/v1/matmul.pb.h"
+#include "server/bound_list.h"
 #include "server/bound_operands.h"
 #include "server/executor.h"
 #include "server/in_flight_requests.h"
@@ -21,8 +22,11 @@
 namespace matmul {
 
 struct PendingProduct {
+  // One product: its plan and operands. A product list (MatmulRequest.
+  // products) has `list` instead, and no operands.
   MatmulPlan plan;
   std::unique_ptr<BoundOperands> operands;
+  std::unique_ptr<BoundList> list;
   const v1::MatmulRequest* request = nullptr;  // owned by the call
   v1::MatmulResponse* response = nullptr;      // owned by the call
   CallControl control;

@@ -1,6 +1,7 @@
 #include "server/product_admission.h"
 
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -42,9 +43,7 @@ ProductAdmission::ProductAdmission(std::vector<DeviceLane>& lanes,
       options_(options),
       client_quota_(options.max_in_flight_per_client) {}
 
-absl::StatusOr<DeviceLane*> ProductAdmission::LaneFor(
-    const BoundOperands& operands) {
-  const int device = operands.cuda_device();
+absl::StatusOr<DeviceLane*> ProductAdmission::LaneFor(int device) {
   if (device >= 0) {
     for (DeviceLane& lane : lanes_) {
       if (lane.backend->cuda_device() == device) return &lane;
@@ -63,8 +62,10 @@ absl::StatusOr<DeviceLane*> ProductAdmission::LaneFor(
 namespace {
 
 bool UsesRegions(const v1::MatmulRequest& request) {
-  return !request.session_id().empty() || request.a().has_region() ||
-         request.b().has_region() || request.c().has_region();
+  // Every list has a region operand: its first product reads no scratch.
+  return !request.session_id().empty() || request.products_size() > 0 ||
+         request.a().has_region() || request.b().has_region() ||
+         request.c().has_region();
 }
 
 }  // namespace
@@ -102,12 +103,30 @@ void ProductAdmission::Submit(CallControl control,
         "the request's deadline had passed when it arrived"));
     return;
   }
-  absl::StatusOr<MatmulPlan> plan = ValidateRequest(*request, options_.limits);
-  if (!plan.ok()) {
-    finish(plan.status());
-    return;
+  // A product list is validated and bound whole; everything else is as
+  // for one product.
+  const bool is_list = request->products_size() > 0;
+  std::optional<MatmulPlan> plan;
+  std::optional<ListPlan> list_plan;
+  if (is_list) {
+    absl::StatusOr<ListPlan> validated =
+        ValidateList(*request, options_.limits);
+    if (!validated.ok()) {
+      finish(validated.status());
+      return;
+    }
+    list_plan = *std::move(validated);
+    *shape = std::string(kListShape);
+  } else {
+    absl::StatusOr<MatmulPlan> validated =
+        ValidateRequest(*request, options_.limits);
+    if (!validated.ok()) {
+      finish(validated.status());
+      return;
+    }
+    plan = *std::move(validated);
+    *shape = ShapeName(plan->problem);
   }
-  *shape = ShapeName(plan->problem);
   if (absl::Status access = CheckRegionAccess(control, *request);
       !access.ok()) {
     finish(std::move(access));
@@ -127,25 +146,38 @@ void ProductAdmission::Submit(CallControl control,
   // Regions are looked up and bounds-checked now, before any queueing. On
   // a GPU backend region operands are bound as the device sees them; a
   // product with any inline operand is staged through device buffers.
-  absl::StatusOr<std::unique_ptr<BoundOperands>> operands = BoundOperands::Bind(
-      *plan, *request, registry_,
-      /*device_pointers=*/lanes_.front().backend->cuda_device() >= 0);
-  if (!operands.ok()) {
-    finish(operands.status());
-    return;
+  const bool device_pointers = lanes_.front().backend->cuda_device() >= 0;
+  auto product = std::make_unique<PendingProduct>();
+  int cuda_device = -1;
+  if (is_list) {
+    absl::StatusOr<std::unique_ptr<BoundList>> list =
+        BoundList::Bind(*list_plan, *request, registry_, device_pointers);
+    if (!list.ok()) {
+      finish(list.status());
+      return;
+    }
+    product->list = *std::move(list);
+    cuda_device = product->list->cuda_device();
+  } else {
+    absl::StatusOr<std::unique_ptr<BoundOperands>> operands =
+        BoundOperands::Bind(*plan, *request, registry_, device_pointers);
+    if (!operands.ok()) {
+      finish(operands.status());
+      return;
+    }
+    product->operands = *std::move(operands);
+    product->plan = *std::move(plan);
+    cuda_device = product->operands->cuda_device();
   }
-  absl::StatusOr<DeviceLane*> lane = LaneFor(**operands);
+  absl::StatusOr<DeviceLane*> lane = LaneFor(cuda_device);
   if (!lane.ok()) {
     finish(lane.status());
     return;
   }
-  auto product = std::make_unique<PendingProduct>();
-  product->operands = *std::move(operands);
-  product->plan = *std::move(plan);
   product->request = request;
   product->response = response;
   const bool may_run_here =
-      control.may_run_on_caller &&
+      control.may_run_on_caller && !is_list &&
       product->operands->problem().flops() <= options_.caller_thread_max_flops;
   product->in_flight =
       in_flight_.Add(control.origin, *shape, accepted, std::move(finish));
@@ -155,27 +187,32 @@ void ProductAdmission::Submit(CallControl control,
   };
   product->control = std::move(control);
   product->accepted = accepted;
-  const bool stream_ordered = product->operands->stream_ordered();
+  const bool stream_ordered = is_list ? product->list->stream_ordered()
+                                      : product->operands->stream_ordered();
   if (stream_ordered) {
-    product->operands->SetStreamOrderGiveUp(
-        [product = product.get()]() -> absl::Status {
-          if (absl::Now() >= product->control.deadline) {
-            return absl::DeadlineExceededError(
-                "the client's CUDA stream did not reach the product before "
-                "the request's deadline");
-          }
-          if (product->control.cancelled && product->control.cancelled()) {
-            return absl::CancelledError(
-                "the client went away while its product waited for its "
-                "CUDA stream");
-          }
-          if (product->in_flight->claimed()) {
-            return absl::UnavailableError(
-                "the daemon stopped waiting for the client's CUDA stream: "
-                "it is shutting down");
-          }
-          return absl::OkStatus();
-        });
+    auto give_up = [product = product.get()]() -> absl::Status {
+      if (absl::Now() >= product->control.deadline) {
+        return absl::DeadlineExceededError(
+            "the client's CUDA stream did not reach the product before "
+            "the request's deadline");
+      }
+      if (product->control.cancelled && product->control.cancelled()) {
+        return absl::CancelledError(
+            "the client went away while its product waited for its "
+            "CUDA stream");
+      }
+      if (product->in_flight->claimed()) {
+        return absl::UnavailableError(
+            "the daemon stopped waiting for the client's CUDA stream: "
+            "it is shutting down");
+      }
+      return absl::OkStatus();
+    };
+    if (is_list) {
+      product->list->SetStreamOrderGiveUp(std::move(give_up));
+    } else {
+      product->operands->SetStreamOrderGiveUp(std::move(give_up));
+    }
   }
   // A small product a worker would run alone at once runs here instead,
   // without the hand-off to the worker and back; not one that may wait for
@@ -184,9 +221,12 @@ void ProductAdmission::Submit(CallControl control,
       (*lane)->executor->TryRunHere(product)) {
     return;
   }
+  // A list is a launch of its own.
   const BatchPlacement placement =
-      PlaceInBatches(*product->operands, *(*lane)->backend,
-                     stream_ordered && request->stream_order().signal());
+      is_list
+          ? BatchPlacement{.key = "list", .max_batch = 1}
+          : PlaceInBatches(*product->operands, *(*lane)->backend,
+                           stream_ordered && request->stream_order().signal());
   // Submit moves from `product` only when it accepts it.
   if (absl::Status refusal = (*lane)->executor->Submit(
           placement.key, std::move(product), placement.max_batch);

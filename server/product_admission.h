@@ -68,10 +68,10 @@ class ProductAdmission final : public ProductSubmitter {
   // be local and own the request's session.
   absl::Status CheckRegionAccess(const CallControl& control,
                                  const v1::MatmulRequest& request) const;
-  // The lane a product runs on: the GPU that holds its region operands,
-  // else the least loaded lane. FAILED_PRECONDITION when no lane serves
-  // the regions' device.
-  absl::StatusOr<DeviceLane*> LaneFor(const BoundOperands& operands);
+  // The lane a product runs on: the GPU that holds its region operands
+  // (`device`, -1 for none), else the least loaded lane.
+  // FAILED_PRECONDITION when no lane serves the regions' device.
+  absl::StatusOr<DeviceLane*> LaneFor(int device);
 
   std::vector<DeviceLane>& lanes_;
   ServerMetrics& metrics_;

@@ -1,6 +1,7 @@
 #include "server/request_validation.h"
 
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -8,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/checked_math.h"
 #include "common/status_macros.h"
+#include "kernels/gemm_list.h"
 
 namespace matmul {
 namespace {
@@ -67,7 +69,7 @@ absl::Status CheckNoSelfOverlap(const std::vector<int64_t>& dims,
 // Validates shape, strides and inline bytes of one tensor.
 absl::StatusOr<CheckedTensor> CheckTensor(const v1::Tensor& tensor,
                                           const std::string& name,
-                                          bool is_output,
+                                          bool is_output, bool listed,
                                           const ValidationLimits& limits) {
   CheckedTensor checked;
   if (is_output) {
@@ -175,6 +177,23 @@ absl::StatusOr<CheckedTensor> CheckTensor(const v1::Tensor& tensor,
       checked.region_id = tensor.region().region_id();
       checked.offset_bytes = tensor.region().offset_bytes();
       break;
+    case v1::Tensor::kScratch:
+      // Which product's scratch, and bounds, are the list's to check.
+      if (!listed) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(name,
+                         ": a scratch operand outside a product list; scratch "
+                         "exists only in MatmulRequest.products"));
+      }
+      if (tensor.scratch().offset_bytes() % esize != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": scratch offset ", tensor.scratch().offset_bytes(),
+            " is not a multiple of the element size ", esize));
+      }
+      checked.in_scratch = true;
+      checked.scratch_product = tensor.scratch().product();
+      checked.offset_bytes = tensor.scratch().offset_bytes();
+      break;
     case v1::Tensor::DATA_NOT_SET:
       return absl::InvalidArgumentError(absl::StrCat(
           name, ": no data; set inline_data or a region reference"));
@@ -185,15 +204,8 @@ absl::StatusOr<CheckedTensor> CheckTensor(const v1::Tensor& tensor,
   return checked;
 }
 
-// A stream-ordered product runs where the client's GPU work put its
-// operands, and its output is read there: every operand is in a region.
-absl::Status CheckStreamOrder(const v1::StreamOrder& order,
-                              const MatmulPlan& plan) {
-  if (!plan.a.in_region || !plan.b.in_region || !plan.c || !plan.c->in_region) {
-    return absl::InvalidArgumentError(
-        "stream_order needs A, B and C all in regions (the product runs "
-        "where the client's stream left them)");
-  }
+// The words of a stream order: where they are, and the numbering.
+absl::Status CheckStreamOrderWords(const v1::StreamOrder& order) {
   if (order.region_id().empty()) {
     return absl::InvalidArgumentError(
         "stream_order.region_id is empty; name the shm region that holds "
@@ -215,10 +227,21 @@ absl::Status CheckStreamOrder(const v1::StreamOrder& order,
   return absl::OkStatus();
 }
 
-}  // namespace
+// A stream-ordered product runs where the client's GPU work put its
+// operands, and its output is read there: every operand is in a region.
+absl::Status CheckStreamOrder(const v1::StreamOrder& order,
+                              const MatmulPlan& plan) {
+  if (!plan.a.in_region || !plan.b.in_region || !plan.c || !plan.c->in_region) {
+    return absl::InvalidArgumentError(
+        "stream_order needs A, B and C all in regions (the product runs "
+        "where the client's stream left them)");
+  }
+  return CheckStreamOrderWords(order);
+}
 
-absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
-                                           const ValidationLimits& limits) {
+absl::StatusOr<MatmulPlan> ValidateProduct(const v1::MatmulRequest& request,
+                                           const ValidationLimits& limits,
+                                           bool listed) {
   if (!request.has_a()) {
     return absl::InvalidArgumentError("missing operand A");
   }
@@ -226,8 +249,10 @@ absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
     return absl::InvalidArgumentError("missing operand B");
   }
   MatmulPlan plan;
-  ASSIGN_OR_RETURN(plan.a, CheckTensor(request.a(), "A", false, limits));
-  ASSIGN_OR_RETURN(plan.b, CheckTensor(request.b(), "B", false, limits));
+  ASSIGN_OR_RETURN(plan.a,
+                   CheckTensor(request.a(), "A", false, listed, limits));
+  ASSIGN_OR_RETURN(plan.b,
+                   CheckTensor(request.b(), "B", false, listed, limits));
 
   ASSIGN_OR_RETURN(plan.problem, ProductShape(request, plan.a, plan.b));
   GemmProblem& p = plan.problem;
@@ -238,7 +263,8 @@ absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
   }
 
   if (request.has_c()) {
-    ASSIGN_OR_RETURN(plan.c, CheckTensor(request.c(), "C", true, limits));
+    ASSIGN_OR_RETURN(plan.c,
+                     CheckTensor(request.c(), "C", true, listed, limits));
     const CheckedTensor& c = *plan.c;
     const int64_t c_batch = request.c().shape_size() == 3 ? c.batch : 1;
     if (c.rows != p.m || c.cols != p.n || c_batch != p.batch) {
@@ -268,7 +294,7 @@ absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
     RETURN_IF_ERROR(CheckStreamOrder(request.stream_order(), plan));
   }
 
-  if (plan.c && plan.c->in_region) {  // written in place
+  if (plan.c && (plan.c->in_region || plan.c->in_scratch)) {  // in place
     plan.output_in_region = true;
     p.c.strides = plan.c->strides;
     return plan;
@@ -290,6 +316,143 @@ absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
   }
   p.c.strides = {p.batch > 1 ? p.m * p.n : 0, p.n, 1};
   return plan;
+}
+
+// The parts of a list item that belong to the whole list, or to no list.
+absl::Status CheckListItem(const v1::MatmulRequest& item) {
+  if (!item.session_id().empty() || item.has_stream_order() ||
+      item.request_id() != 0 || item.products_size() != 0) {
+    return absl::InvalidArgumentError(
+        "session_id, stream_order, request_id and products belong to the "
+        "list's request, not to its products; leave them unset here");
+  }
+  if (!item.has_c()) {
+    return absl::InvalidArgumentError(
+        "no C: a product of a list writes its output in a region or in "
+        "scratch (a list returns nothing inline)");
+  }
+  const v1::Tensor* operands[] = {&item.a(), &item.b(), &item.c()};
+  const char* names[] = {"A", "B", "C"};
+  for (int i = 0; i < 3; ++i) {
+    if (operands[i]->data_case() == v1::Tensor::kInlineData) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          names[i],
+          ": inline data in a product list; every operand of a list is in "
+          "a region of the session or in scratch"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Prefixed(size_t product, const absl::Status& status) {
+  return absl::Status(
+      status.code(), absl::StrCat("product ", product, ": ", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
+                                           const ValidationLimits& limits) {
+  return ValidateProduct(request, limits, /*listed=*/false);
+}
+
+absl::StatusOr<ListPlan> ValidateList(const v1::MatmulRequest& request,
+                                      const ValidationLimits& limits) {
+  const int count = request.products_size();
+  if (count > limits.max_list_products) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the list has ", count, " products; at most ",
+                     limits.max_list_products, " are accepted in one list"));
+  }
+  if (request.has_a() || request.has_b() || request.has_c() ||
+      request.transpose_a() || request.transpose_b() || request.has_alpha() ||
+      request.has_beta() || request.out_dtype() != v1::DTYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        "a request with products leaves its own a, b, c, transposes, alpha, "
+        "beta and out_dtype unset; each product carries its own");
+  }
+  if (request.has_stream_order()) {
+    RETURN_IF_ERROR(CheckStreamOrderWords(request.stream_order()));
+  }
+  ListPlan list;
+  list.products.reserve(count);
+  list.buffer_start.assign(count, -1);
+  list.buffer_bytes.assign(count, 0);
+  // Reads `t` of product i (A, B, or C with beta) from scratch: what an
+  // earlier product wrote, within its buffer.
+  auto check_scratch = [&](size_t i, const CheckedTensor& t,
+                           const char* name) -> absl::Status {
+    const uint32_t j = t.scratch_product;
+    if (j >= i) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": reads the scratch of product ", j,
+          ", which has not run yet; a product reads only the output of an "
+          "earlier product (0 to ",
+          i == 0 ? std::string("none") : absl::StrCat(i - 1), ")"));
+    }
+    if (list.buffer_start[j] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": reads the scratch of product ", j,
+                       ", whose output is not in scratch"));
+    }
+    const uint64_t size = static_cast<uint64_t>(list.buffer_bytes[j]);
+    if (t.offset_bytes > size ||
+        static_cast<uint64_t>(t.extent_bytes) > size - t.offset_bytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": bytes [", t.offset_bytes, ", +", t.extent_bytes,
+                       ") reach outside the scratch of product ", j, " (", size,
+                       " bytes): the shapes do not chain"));
+    }
+    return absl::OkStatus();
+  };
+  for (int index = 0; index < count; ++index) {
+    const size_t i = static_cast<size_t>(index);
+    const v1::MatmulRequest& item = request.products(index);
+    if (absl::Status status = CheckListItem(item); !status.ok()) {
+      return Prefixed(i, status);
+    }
+    absl::StatusOr<MatmulPlan> plan =
+        ValidateProduct(item, limits, /*listed=*/true);
+    if (!plan.ok()) return Prefixed(i, plan.status());
+    for (const auto& [t, name] :
+         {std::pair{&plan->a, "A"}, std::pair{&plan->b, "B"}}) {
+      if (!t->in_scratch) continue;
+      if (absl::Status status = check_scratch(i, *t, name); !status.ok()) {
+        return Prefixed(i, status);
+      }
+    }
+    const CheckedTensor& c = *plan->c;
+    if (c.in_scratch && c.scratch_product == i) {  // a new buffer
+      if (item.c().strides_size() != 0 || c.offset_bytes != 0 ||
+          plan->problem.beta != 0.0f) {
+        return Prefixed(
+            i, absl::InvalidArgumentError(
+                   "C: a new scratch buffer is contiguous (no strides), at "
+                   "offset 0, and starts undefined (beta = 0); accumulate "
+                   "into an earlier product's scratch instead"));
+      }
+      const int64_t start = (list.scratch_bytes + kScratchAlignment - 1) /
+                            kScratchAlignment * kScratchAlignment;
+      if (c.extent_bytes > limits.max_list_scratch_bytes - start) {
+        return Prefixed(
+            i, absl::InvalidArgumentError(absl::StrCat(
+                   "C: scratch of ", c.extent_bytes, " bytes at byte ", start,
+                   " takes the list past its bound of ",
+                   limits.max_list_scratch_bytes, " bytes of scratch")));
+      }
+      list.buffer_start[i] = start;
+      list.buffer_bytes[i] = c.extent_bytes;
+      list.scratch_bytes = start + c.extent_bytes;
+    } else if (c.in_scratch) {  // into an earlier product's buffer
+      if (absl::Status status = check_scratch(i, c, "C"); !status.ok()) {
+        return Prefixed(i, status);
+      }
+      list.buffer_start[i] = list.buffer_start[c.scratch_product];
+      list.buffer_bytes[i] = list.buffer_bytes[c.scratch_product];
+    }
+    list.products.push_back(*std::move(plan));
+  }
+  return list;
 }
 
 }  // namespace matmul

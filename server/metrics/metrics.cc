@@ -216,6 +216,14 @@ ServerMetrics::ServerMetrics(int max_shapes)
                     "DCGM exporter's UUID label), name, compute capability "
                     "and SM count (cores on the CPU)")
               .Register(*registry_)),
+      mps_client_family_(
+          prometheus::BuildGauge()
+              .Name("matmul_mps_client")
+              .Help("1 when the daemon's CUDA context on the device is a "
+                    "client of an MPS server (NVIDIA's Multi-Process "
+                    "Service: kernels of all its clients share the GPU "
+                    "without context switches), else 0")
+              .Register(*registry_)),
       memory_used_family_(
           prometheus::BuildGauge()
               .Name("matmul_device_memory_used_bytes")
@@ -310,6 +318,7 @@ void ServerMetrics::AddDevice(const std::string& device, const DeviceInfo& info,
             {"compute_capability", info.compute_capability},
             {"sm_count", absl::StrCat(info.multiprocessors)}})
       .Set(1);
+  mps_client_family_.Add({{"device", device}}).Set(info.mps_client ? 1 : 0);
   absl::MutexLock lock(&source_mu_);
   device_sources_.push_back({&memory_used_family_.Add({{"device", device}}),
                              &memory_total_family_.Add({{"device", device}}),
@@ -373,8 +382,11 @@ void ServerMetrics::RecordRequests(const std::string& device,
   for (const RequestRecord& record : records) {
     const std::string shape = ShapeLabel(record.shape);
     ShapeSeries& series = SeriesFor(device_series, device, shape);
-    series.request_duration->Observe(record.total_seconds);
-    series.queue_duration->Observe(record.queue_seconds);
+    if (record.observe_latency) {
+      series.request_duration->Observe(record.total_seconds);
+      series.queue_duration->Observe(record.queue_seconds);
+    }
+    if (!record.observe_kernel) continue;
     KernelSeries& kernel =
         KernelSeriesFor(device_series, device, shape, record.kernel);
     kernel.flops->Increment(record.flops);

@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -49,7 +50,14 @@ struct RequestRecord {
   double kernel_seconds = 0.0;
   double queue_seconds = 0.0;
   double total_seconds = 0.0;
+  // A product list records each product's FLOPs and kernel time under its
+  // shape, and the list's latency once, under kListShape.
+  bool observe_latency = true;  // queue_seconds and total_seconds
+  bool observe_kernel = true;   // flops and kernel_seconds
 };
+
+// The shape label of product lists' requests.
+inline constexpr std::string_view kListShape = "list";
 
 // matmul_build_info's labels.
 struct BuildInfo {
@@ -191,6 +199,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& launch_duration_family_;
   prometheus::Family<prometheus::Histogram>& answer_duration_family_;
   prometheus::Family<prometheus::Gauge>& device_info_family_;
+  prometheus::Family<prometheus::Gauge>& mps_client_family_;
   prometheus::Family<prometheus::Gauge>& memory_used_family_;
   prometheus::Family<prometheus::Gauge>& memory_total_family_;
   prometheus::Family<prometheus::Gauge>& regions_family_;

@@ -12,6 +12,7 @@
 #include "kernels/cuda/backend/internal/staging.h"
 #include "kernels/cuda/runtime/cuda_status.h"
 #include "kernels/cuda/runtime/device_ops.h"
+#include "kernels/cuda/runtime/mps_client.h"
 #include "kernels/gemm_batch.h"
 
 namespace matmul::cuda {
@@ -38,6 +39,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   }
   ASSIGN_OR_RETURN(ScopedDevice scoped, ScopedDevice::Create(options.device));
   ASSIGN_OR_RETURN(DeviceInfo info, DescribeDevice(options.device));
+  info.mps_client = IsMpsClient(options.device);
 
   ASSIGN_OR_RETURN(std::unique_ptr<GemmSelector> selector,
                    GemmSelector::Create(options.device, options.selector));
@@ -382,6 +384,118 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnSlot(
   // are freed in stream order, and waited for too.
   RETURN_IF_ERROR(operands.Release(stream));
   return info;
+}
+
+absl::StatusOr<std::vector<GemmRunInfo>> CudaBackend::RunList(
+    const GemmList& list, bool on_device) {
+  // Staged operands: one product after another, as RunHost stages them.
+  if (!on_device) return GemmBackend::RunList(list, on_device);
+  // Checked before any wait, with scratch at a stand-in address: the
+  // checks need pointers to be set, not where they point.
+  {
+    const std::vector<GemmProblem> checked = WithScratch(
+        list, reinterpret_cast<void*>(uintptr_t{kScratchAlignment}));
+    for (size_t i = 0; i < checked.size(); ++i) {
+      if (absl::Status status = ValidateForCuda(checked[i]); !status.ok()) {
+        return absl::Status(
+            status.code(), absl::StrCat("product ", i, ": ", status.message()));
+      }
+    }
+  }
+  // The list's stream order is handled as one product's (RunDevice): `head`
+  // carries it for the client-stream helpers.
+  GemmProblem head;
+  head.stream_order = list.stream_order;
+  bool wait_on_gpu = false;
+  if (list.stream_order != nullptr) {
+    const GemmProblem* one[] = {&head};
+    const LaunchOrder::Ticket& launch = list.stream_order->launch;
+    const bool may_wait_on_gpu = MayWaitOnGpu(head);
+    std::function<bool()> earlier_launched;
+    if (may_wait_on_gpu) {
+      earlier_launched = [&launch] { return launch.EarlierLaunched(); };
+    }
+    absl::Status waited = WaitForClientStreams(one, earlier_launched);
+    if (!waited.ok()) {
+      launch.MarkLaunched();
+      return waited;
+    }
+    wait_on_gpu = may_wait_on_gpu && launch.EarlierLaunched();
+  }
+  absl::StatusOr<StreamSlotLease> lease = slots_->Acquire();
+  absl::Status reserved =
+      lease.ok() ? lease->slot().scratch.Reserve(list.scratch_bytes)
+                 : lease.status();
+  if (!reserved.ok()) {
+    if (list.stream_order != nullptr) list.stream_order->launch.MarkLaunched();
+    return reserved;
+  }
+  StreamSlot& slot = lease->slot();
+  return RunListOnSlot(WithScratch(list, slot.scratch.data()), head, slot,
+                       wait_on_gpu);
+}
+
+absl::StatusOr<std::vector<GemmRunInfo>> CudaBackend::RunListOnSlot(
+    const std::vector<GemmProblem>& products, const GemmProblem& head,
+    StreamSlot& slot, bool wait_on_gpu) {
+  const GemmProblem* one[] = {&head};
+  const bool ordered = head.stream_order != nullptr;
+  cudaStream_t stream = slot.stream.get();
+  std::vector<KernelOperands> gathered;
+  gathered.reserve(products.size());
+  std::vector<GemmRunInfo> runs(products.size());
+  // Product i with its gathers before and the scatter of its C after.
+  auto queue_one = [&](size_t i) -> absl::Status {
+    ASSIGN_OR_RETURN(KernelOperands operands,
+                     KernelOperands::Gather(products[i], stream));
+    gathered.push_back(std::move(operands));
+    ASSIGN_OR_RETURN(runs[i].kernel,
+                     schedule_->Queue(gathered.back().problem(), slot));
+    return gathered.back().ScatterC(stream);
+  };
+  // Everything queued, in stream order: the wait for the client's stream,
+  // the start event, each product with its gathers and scatter, the stop
+  // event, the signal.
+  auto queue = [&]() -> absl::Status {
+    if (wait_on_gpu) {
+      RETURN_IF_ERROR(QueueClientWaits(*driver_api_, one, stream));
+    }
+    RETURN_IF_ERROR(slot.start.Record(stream));
+    for (size_t i = 0; i < products.size(); ++i) {
+      if (absl::Status status = queue_one(i); !status.ok()) {
+        return absl::Status(
+            status.code(), absl::StrCat("product ", i, ": ", status.message()));
+      }
+    }
+    RETURN_IF_ERROR(slot.stop.Record(stream));
+    if (ordered && driver_api_.ok()) {
+      RETURN_IF_ERROR(QueueClientSignals(*driver_api_, one, stream));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status queued = queue();
+  if (ordered) head.stream_order->launch.MarkLaunched();
+  if (queued.ok() && wait_on_gpu) {
+    queued = AwaitQueuedWaits(
+        one, [stream] { return cudaStreamQuery(stream) != cudaErrorNotReady; });
+  } else if (!queued.ok() && wait_on_gpu) {
+    // The slot goes back to the pool: its stream must not keep waiting
+    // for a client stream that may never get there.
+    ReleaseQueuedWaits(one);
+  }
+  // Waits for the stream, and frees the gathers' temporaries.
+  absl::Status synchronized = slot.stream.Synchronize();
+  for (KernelOperands& operands : gathered) {
+    synchronized.Update(operands.Release(stream));
+  }
+  RETURN_IF_ERROR(queued);
+  RETURN_IF_ERROR(synchronized);
+  ASSIGN_OR_RETURN(const double seconds,
+                   CudaEvent::ElapsedSeconds(slot.start, slot.stop));
+  const std::vector<double> shares = ShareByFlops(products, seconds);
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].kernel_seconds = shares[i];
+  if (ordered) StoreClientSignals(one);
+  return runs;
 }
 
 BackendGauges CudaBackend::Gauges() const {

@@ -76,6 +76,15 @@ class CudaBackend : public GemmBackend {
   absl::StatusOr<GemmRunInfo> RunBatch(
       absl::Span<const GemmProblem* const> problems, bool on_device) override;
 
+  // See GemmBackend::RunList. On the device, the products are queued back
+  // to back on one stream slot, with the list's scratch in the slot's
+  // buffer, timed as a whole by one event pair (each product's share by
+  // FLOPs), and waited for once; a stream-ordered list waits for its
+  // client's stream before the first product and signals it after the
+  // last, as one product would.
+  absl::StatusOr<std::vector<GemmRunInfo>> RunList(const GemmList& list,
+                                                   bool on_device) override;
+
   // 1 for products that fill the device (a wave of 128x128 tiles).
   int MaxUsefulBatch(const GemmProblem& problem) const override;
 
@@ -127,6 +136,12 @@ class CudaBackend : public GemmBackend {
   std::unique_ptr<ProductSchedule> schedule_;
   // Stream memory operations, for the signals of stream-ordered products.
   const absl::StatusOr<CudaDriverApi> driver_api_;
+  // Queues list's products (scratch set) on `slot`, with the signal when
+  // stream-ordered, and waits for them.
+  absl::StatusOr<std::vector<GemmRunInfo>> RunListOnSlot(
+      const std::vector<GemmProblem>& products, const GemmProblem& head,
+      StreamSlot& slot, bool wait_on_gpu);
+
   // Device memory held back by test_only_memory_headroom_bytes.
   DeviceBuffer test_only_ballast_;
 };

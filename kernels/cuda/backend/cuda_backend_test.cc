@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bf16.h"
+#include "common/gemm/reference_gemm.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/families/gemm_family.h"
 #include "kernels/cuda/families/gemm_family_registry.h"
@@ -497,6 +499,96 @@ TEST(CudaBackendAlignment, ElementAlignedOperandsGiveRightAnswers) {
             << info->kernel;
       }
     }
+  }
+}
+
+// A product list: S = A B into scratch, C = S D, then C += 2 A E (beta 1),
+// on random shapes, in place on the device and staged from host memory;
+// against FP64 with S rounded to BF16 as the daemon stores it.
+TEST_F(CudaBackendTest, ListChainsThroughScratchAndAccumulates) {
+  std::mt19937_64 rng(46);
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+  auto random = [&](int64_t size) {
+    std::vector<uint16_t> v(size);
+    for (uint16_t& x : v) x = FloatToBf16(value(rng));
+    return v;
+  };
+  auto widen = [](const std::vector<uint16_t>& v) {
+    std::vector<double> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = Bf16ToFloat(v[i]);
+    return out;
+  };
+  for (int round = 0; round < 6; ++round) {
+    const bool on_device = round % 2 == 0;
+    const int64_t m = 1 + rng() % 300, k = 1 + rng() % 300, n = 1 + rng() % 300,
+                  q = 1 + rng() % 300;
+    SCOPED_TRACE(absl::StrCat(on_device ? "device " : "host ", m, "x", k, "x",
+                              n, "x", q));
+    const std::vector<uint16_t> a = random(m * k), b = random(k * n),
+                                d = random(n * q), e = random(k * q);
+    std::vector<uint16_t> c(m * q, 0x7fc1);  // NaN poison
+    // The operands where the backend reads them.
+    std::vector<DeviceBuffer> buffers(5);
+    const std::vector<uint16_t>* host[] = {&a, &b, &d, &e, &c};
+    std::vector<void*> at(5);
+    for (int i = 0; i < 5; ++i) {
+      const size_t bytes = host[i]->size() * 2;
+      if (on_device) {
+        ASSERT_TRUE(buffers[i].Reserve(bytes).ok());
+        ASSERT_EQ(cudaMemcpy(buffers[i].data(), host[i]->data(), bytes,
+                             cudaMemcpyHostToDevice),
+                  cudaSuccess);
+        at[i] = buffers[i].data();
+      } else {
+        at[i] = const_cast<uint16_t*>(host[i]->data());
+      }
+    }
+    GemmList list;
+    GemmProblem p0{.m = m, .n = n, .k = k};
+    p0.a = {at[0], {0, k, 1}};
+    p0.b = {at[1], {0, n, 1}};
+    p0.c = {nullptr, {0, n, 1}};
+    GemmProblem p1{.m = m, .n = q, .k = n};
+    p1.a = {nullptr, {0, n, 1}};
+    p1.b = {at[2], {0, q, 1}};
+    p1.c = {at[4], {0, q, 1}};
+    GemmProblem p2{.m = m, .n = q, .k = k, .alpha = 2.0f, .beta = 1.0f};
+    p2.a = {at[0], {0, k, 1}};
+    p2.b = {at[3], {0, q, 1}};
+    p2.c = {at[4], {0, q, 1}};
+    list.products = {p0, p1, p2};
+    list.scratch = {{0, ScratchOperand::Which::kC, 0},
+                    {1, ScratchOperand::Which::kA, 0}};
+    list.scratch_bytes = m * n * 2;
+    absl::StatusOr<std::vector<GemmRunInfo>> runs =
+        backend_->RunList(list, on_device);
+    ASSERT_TRUE(runs.ok()) << runs.status();
+    ASSERT_EQ(runs->size(), 3u);
+    for (const GemmRunInfo& run : *runs) EXPECT_FALSE(run.kernel.empty());
+    if (on_device) {
+      ASSERT_EQ(
+          cudaMemcpy(c.data(), at[4], c.size() * 2, cudaMemcpyDeviceToHost),
+          cudaSuccess);
+    }
+    // FP64: S rounded to BF16, then C = S D + 2 A E.
+    const std::vector<double> ad = widen(a), bd = widen(b), dd = widen(d),
+                              ed = widen(e);
+    std::vector<double> sd(m * n), expected(m * q);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double sum = 0;
+        for (int64_t l = 0; l < k; ++l) sum += ad[i * k + l] * bd[l * n + j];
+        sd[i * n + j] = Bf16ToFloat(FloatToBf16(static_cast<float>(sum)));
+      }
+      for (int64_t j = 0; j < q; ++j) {
+        double sum = 0;
+        for (int64_t l = 0; l < n; ++l) sum += sd[i * n + l] * dd[l * q + j];
+        double extra = 0;
+        for (int64_t l = 0; l < k; ++l) extra += ad[i * k + l] * ed[l * q + j];
+        expected[i * q + j] = sum + 2 * extra;
+      }
+    }
+    EXPECT_LT(RelativeError(widen(c), expected), 1e-2);
   }
 }
 

@@ -35,6 +35,14 @@ absl::Status ProductSchedule::LaunchProduct(const KernelChoice& choice,
   return RunChoice(choice, problem, stream, workspace);
 }
 
+absl::StatusOr<std::string> ProductSchedule::Queue(const GemmProblem& problem,
+                                                   StreamSlot& slot) {
+  ASSIGN_OR_RETURN(KernelChoice choice, selector_.Resolve(problem));
+  RETURN_IF_ERROR(
+      LaunchProduct(choice, problem, slot.stream.get(), slot.workspace));
+  return choice.name;
+}
+
 absl::StatusOr<GemmRunInfo> ProductSchedule::RunTimed(
     const GemmProblem& problem, StreamSlot& slot, bool after_slot_work,
     const AfterProduct& then, const QueuedWait* wait, const Queued& queued) {

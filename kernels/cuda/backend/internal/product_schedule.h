@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -54,6 +55,13 @@ class ProductSchedule {
 
   // True when `problem` runs on the shared stream.
   bool RunsSerially(const GemmProblem& problem) const;
+
+  // Queues `problem` (device pointers, unit-stride layouts) on the slot's
+  // stream with the kernel the selector resolves for it, neither timed nor
+  // waited for (a product list's products, one after another); returns
+  // the kernel's name.
+  absl::StatusOr<std::string> Queue(const GemmProblem& problem,
+                                    StreamSlot& slot);
 
   // Runs `problem` (device pointers, unit-stride layouts) with the kernel
   // the selector resolves for it, timed with CUDA events, and waits for

@@ -34,6 +34,8 @@ struct StreamSlot {
   DeviceBuffer b_buffer;
   DeviceBuffer c_buffer;
   DeviceBuffer pointer_arrays;
+  // A product list's scratch (kernels/gemm_list.h), kept between lists.
+  DeviceBuffer scratch;
 };
 
 class StreamSlotPool;
