@@ -102,7 +102,9 @@ import matmul_client.torch_ops as torch_ops  # noqa: E402
 from matmul_client.local_lists import LocalLists  # noqa: E402
 
 PROJECTIONS = ("gate", "up", "down")
-TARGET_RATIO = 0.80
+# Issue 46's targets for the lists side, local / lists: under MPS, and
+# without it (where four hand-offs a step cost about 285 us each).
+TARGET_RATIO = {"mps": 1.10, "no_mps": 0.70}
 LOSS_TOLERANCE = 0.01
 GRAD_TOLERANCE = 0.01
 PRODUCTS_PER_STEP = 20
@@ -513,7 +515,9 @@ def measure_step(linears, state, args, clock):
     mean = {side: [statistics.fmean(run["step_ms"]) for run in runs[side]]
             for side in runs}
     issue = {side: [run["issue_ms"] for run in runs[side]] for side in runs}
-    report = {"sides": {}, "target_ratio": TARGET_RATIO,
+    mps = matmul_client.default_client(args.target).server_info().mps_client
+    report = {"sides": {}, "mps_client": mps,
+              "target_ratio": TARGET_RATIO["mps" if mps else "no_mps"],
               "loss_tolerance": LOSS_TOLERANCE, "runs": runs}
     worst_all = 0.0
     for side in sides:
@@ -633,7 +637,9 @@ def table(report):
              "requests (hand-offs) per step: " + ", ".join(
                  f"{side} {n}" for side, n in
                  report["requests_per_step"].items()),
-             "tuning warm-up: " + tuning_line(report["tuning"]), "",
+             "tuning warm-up: " + tuning_line(report["tuning"]),
+             "the daemon is " + ("" if s["mps_client"] else "not ") +
+             "an MPS client", "",
              "training step, ms (mean over the timed steps of a run); "
              "ratio = local / side",
              "%-34s %24s %24s %20s" % ("side", "step ms", "host issues, ms",
@@ -646,7 +652,7 @@ def table(report):
             cell(entry["issue_ms"], "%.3f"),
             cell(ratio, "%.3f") if ratio else "",
             ("  " + verdict(ratio["median"], s["target_ratio"]))
-            if ratio and side in DAEMON_SIDES else ""))
+            if ratio and side == "lists" else ""))
     grads = report.get("gradients")
     if grads:
         lines += ["", "adapter gradients after two steps, largest relative "

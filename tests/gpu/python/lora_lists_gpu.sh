@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Product lists on the GPU machine, in one device call: the CUDA backend's
+# list test, the Python GPU tests (tests/gpu/steps/python_torch.sh, which
+# include test_lists.py), whether GetServerInfo reports the daemon as an
+# MPS client without and with MPS, the LoRA step (lora_step.sh, every side,
+# without and with MPS) and the per-call and eight-process figures
+# (native_speed.sh, without and with MPS). Logs and JSON go to $OUT.
+#
+# Usage, from the repo root on the GPU machine after tests/gpu/bundle.sh and
+# tests/gpu/python/build_native_for_device.sh:
+#   run(command="bash tests/gpu/python/lora_lists_gpu.sh",
+#       carry=["bundle", "client/python/matmul_client/_native...so"])
+# Env: OUT (default gpu-out), PARTS (space-separated: backend python info
+# lora speed; default all), LORA_FLAGS (extra lora_step.py flags),
+# SPEED_FLAGS (extra native_speed.py flags).
+set -uo pipefail
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  exit 0
+fi
+cd "$(dirname "$0")/../../.."
+OUT=${OUT:-$PWD/gpu-out}
+export OUT
+mkdir -p "$OUT"
+source tests/gpu/bundle_env.sh
+parts=" ${PARTS:-backend python info lora speed} "
+rc=0
+summary=()
+note() {  # note NAME STATUS
+  summary+=("$(printf '%-22s %s' "$1" "$2")")
+  [ "$2" = ok ] || rc=1
+}
+
+# with_mps CMD...: runs CMD as a client of a fresh MPS server, as
+# lora_step.sh does; its exit code.
+with_mps() {
+  local mps status=0
+  mps=$(mktemp -d)
+  export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d || return 1
+  "$@" || status=$?
+  echo quit | nvidia-cuda-mps-control
+  sleep 1
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  return "$status"
+}
+
+if [[ $parts == *" backend "* ]]; then
+  bundle/cuda_backend_test >"$OUT/cuda_backend_test.log" 2>&1 &&
+    note cuda_backend_test ok || note cuda_backend_test failed
+  tail -3 "$OUT/cuda_backend_test.log"
+fi
+if [[ $parts == *" python "* ]]; then
+  bash tests/gpu/steps/python_torch.sh >"$OUT/python_torch.log" 2>&1 &&
+    note python_torch ok || note python_torch failed
+  tail -5 "$OUT/python_torch.log"
+fi
+if [[ $parts == *" info "* ]]; then
+  source tests/gpu/cuda_daemon.sh
+  info() {
+    unset dir
+    start_cuda_daemon --metrics_listen=127.0.0.1:9477
+    bundle/matmul-cli info --target="$sock"
+    curl -s http://127.0.0.1:9477/metrics | grep '^matmul_mps_client'
+    stop_cuda_daemon 3
+  }
+  info >"$OUT/info.txt" 2>&1
+  echo "--- under MPS" >>"$OUT/info.txt"
+  with_mps info >>"$OUT/info.txt" 2>&1
+  grep -i "mps" "$OUT/info.txt"
+  # Without MPS first, then under it: "no" then "yes" is right.
+  if [ "$(grep '^mps client:' "$OUT/info.txt" | awk '{print $3}' |
+    tr '\n' ' ')" = "no yes " ]; then
+    note mps_client_reported ok
+  else
+    note mps_client_reported wrong
+  fi
+fi
+if [[ $parts == *" lora "* ]]; then
+  # shellcheck disable=SC2086  # LORA_FLAGS is a list of flags
+  MPS=both bash tests/gpu/python/lora_step.sh ${LORA_FLAGS:-} \
+    >"$OUT/lora_step.log" 2>&1 && note lora_step ok || note lora_step failed
+fi
+if [[ $parts == *" speed "* ]]; then
+  # shellcheck disable=SC2086  # SPEED_FLAGS is a list of flags
+  bash tests/gpu/python/native_speed.sh --only=per_call,processes \
+    --repeat=3 ${SPEED_FLAGS:-} >"$OUT/native_speed.log" 2>&1 &&
+    note native_speed ok || note native_speed failed
+  # shellcheck disable=SC2086
+  OUT=$OUT/mps with_mps bash tests/gpu/python/native_speed.sh \
+    --only=per_call,processes --repeat=3 ${SPEED_FLAGS:-} \
+    >"$OUT/native_speed_mps.log" 2>&1 && note native_speed_mps ok ||
+    note native_speed_mps failed
+fi
+printf '%s\n' "${summary[@]}"
+exit "$rc"
