@@ -115,7 +115,10 @@ absl::Status RequestRing::NoFreeSlot(absl::Duration timeout) const {
 bool RequestRing::attached() const { return !stream_->ended(); }
 
 bool RequestRing::NeedsGrpc(const v1::MatmulRequest& request) const {
-  return !request.c().has_region() ||
+  // A product list's outputs are all in regions or scratch.
+  const bool inline_output =
+      request.products_size() == 0 && !request.c().has_region();
+  return inline_output ||
          request.ByteSizeLong() > ring::PayloadBytes(options_.slot_bytes);
 }
 

@@ -46,8 +46,10 @@ struct RequestRingOptions {
   // Requests in flight at once; more callers wait for a free slot.
   int slots = 64;
   // Bytes per slot, its 64-byte header included: the largest serialized
-  // request or response is this minus 64. A multiple of 64.
-  int slot_bytes = 2048;
+  // request or response is this minus 64. A multiple of 64. Room for a
+  // product list of about twenty products in regions (a LoRA layer's
+  // backward over two projections is ten).
+  int slot_bytes = 4096;
   // How long a waiting caller (Call) or the completion thread (CallAsync)
   // polls before it sleeps on a futex: a busy core while it polls, a
   // wake-up when the answer finds it asleep.
@@ -135,8 +137,8 @@ class RequestRing {
   ring::SlotHeader* SlotAt(uint32_t index) const;
   // DEADLINE_EXCEEDED: every slot stayed in flight for `timeout`.
   absl::Status NoFreeSlot(absl::Duration timeout) const;
-  // True when `request` travels over gRPC instead (inline output, or too
-  // large for a slot).
+  // True when `request` travels over gRPC instead (one product with an
+  // inline output, or too large for a slot).
   bool NeedsGrpc(const v1::MatmulRequest& request) const;
   // A free slot, waiting up to `deadline` for one; nullopt on timeout.
   std::optional<uint32_t> AcquireSlot(absl::Time deadline);
