@@ -1,8 +1,9 @@
 """Results in the formats the project's benchmark binaries write, for the
 tests of tools/plot_bench.py and tools/benchmarks_page.py. Field names and
 nesting follow the writers: client/bench/bench_report.cc (ToJson, what
-`matmul-cli bench --save` writes) and kernels/cuda/tools/bench_main.cc (what
-`matmul-bench --json` writes)."""
+`matmul-cli bench --save` writes), kernels/cuda/tools/bench_main.cc (what
+`matmul-bench --json` writes), tests/gpu/python/lora_step.py and
+tests/gpu/python/native_speed.py (their --json reports)."""
 
 
 def cli_bench_run(label, scale, shape="16x4096x4096:NT", mode="ipc",
@@ -82,3 +83,107 @@ def matmul_bench(runs=1, sustained=True):
                     sustained=sustained and r == runs - 1))
         out["runs"].append(run)
     return out
+
+
+def _spread(values):
+    """lora_step.py's and native_speed.py's spread()."""
+    values = list(values)
+    return {"median": sorted(values)[len(values) // 2], "min": min(values),
+            "max": max(values), "runs": values}
+
+
+LORA_SIDES = ("local", "daemon", "lists", "local_unsloth", "local_lists")
+
+
+def lora_step(mps_client=False, side_ms=None, device="NVIDIA H100 80GB HBM3"):
+    """One `tests/gpu/python/lora_step.py --json` report (keys as its
+    main() and measure_step() write them), 3 runs at the seed's shapes.
+    side_ms: {side: the median step ms}; each side's runs are the median
+    and 1% either side, local's in the same order, so that every ratio's
+    runs are equal."""
+    side_ms = side_ms or {"local": 20.0, "daemon": 40.0, "lists": 25.0,
+                          "local_unsloth": 19.0, "local_lists": 18.0}
+    spreads = [0.99, 1.0, 1.01]
+    config = {"tokens": 5120, "hidden": 2048, "intermediate": 11008,
+              "rank": 16, "lora_alpha": 32.0, "scale": 2.0, "lr": 2e-4,
+              "weight_decay": 0.0, "teacher_std": 0.01, "seed": 0,
+              "warmup": 10, "steps": 30, "optimizer": "torch.optim.AdamW",
+              "adapters": "FP32, cast to BF16 for the products",
+              "loss": "MSE in FP32 against a teacher's output"}
+    losses = [1.0 - 0.01 * i for i in range(config["warmup"] +
+                                             config["steps"])]
+    step = {"sides": {}, "mps_client": mps_client,
+            "target_ratio": 1.10 if mps_client else 0.70,
+            "loss_tolerance": 0.01, "runs": {}}
+    local = [side_ms["local"] * f for f in spreads]
+    for side, median in side_ms.items():
+        ms = [median * f for f in spreads]
+        entry = {"ms": _spread(ms), "issue_ms": _spread(m * 0.5 for m in ms)}
+        if side != "local":
+            entry["ratio_local_over"] = _spread(
+                loc / m for loc, m in zip(local, ms))
+            entry["loss_max_relative_difference"] = 1e-3
+        step["sides"][side] = entry
+        step[side + "_ms"] = entry["ms"]
+        step[side + "_issue_ms"] = entry["issue_ms"]
+        step["runs"][side] = [{"losses": losses, "step_ms": [m] * 30,
+                               "issue_ms": m * 0.5} for m in ms]
+    if "daemon" in side_ms:
+        step["ratio"] = step["sides"]["daemon"]["ratio_local_over"]
+    if "lists" in side_ms:
+        step["ratio_lists"] = step["sides"]["lists"]["ratio_local_over"]
+    step["loss_max_relative_difference"] = 1e-3
+    requests = {side: n for side, n in (("daemon", 20), ("lists", 4))
+                if side in side_ms}
+    report = {
+        "torch": "2.5.1+cu124", "device": device,
+        "matmul_client": "0.1.0+source, extension present, transport rings",
+        "autograd": "op", "autograd_doc": "the op's own autograd",
+        "repeat": len(spreads), "config": config,
+        "requests_per_step": requests,
+        "tuning": {"steps": 20, "seconds": 12.0, "tunings": 14.0,
+                   "settled": True, "total": 14.0, "during_runs": 0.0},
+        "gradients": {side: 4e-3 for side in side_ms if side != "local"},
+        "step": step}
+    if "daemon" in requests:
+        report["products_per_step"] = requests["daemon"]
+    return report
+
+
+def native_speed(scale=1.0, processes=True, gpu="NVIDIA H100 80GB HBM3"):
+    """One `tests/gpu/python/native_speed.py --json` report as
+    lora_lists_gpu.sh runs it (--only=per_call,processes --repeat=3):
+    per-call p50 of the small and the seed's shapes (daemon 30 us * scale,
+    torch 20 us for the small ones), and the eight processes (daemon
+    20,000 * scale products/s, torch 8,000)."""
+    spreads = [0.9, 1.0, 1.1]
+    shapes = [(256, 256, 256), (16, 4096, 4096), (5120, 11008, 2048),
+              (5120, 2048, 11008), (5120, 2048, 2048), (5120, 512, 2048)]
+    per_call = []
+    for i, (m, n, k) in enumerate(shapes):
+        small = i < 2
+        daemon = (30.0 + i) * scale if small else 800.0
+        torch_us = 20.0 + i if small else 780.0
+        per_call.append({
+            "shape": [m, n, k], "calls": 200 if small else 40,
+            "daemon_us": _spread(daemon * f for f in spreads),
+            "torch_us": _spread(torch_us * f for f in spreads),
+            "target_us": 50.0 if small else None})
+    report = {"torch": "2.5.1+cu124", "gpu": gpu,
+              "matmul_client": "0.1.0+source, extension present",
+              "repeat": len(spreads),
+              "errors": {"x".join(map(str, s)): 3e-3 for s in shapes},
+              "per_call": per_call, "in_a_row": []}
+    if processes:
+        report["processes"] = {"shape": [16, 4096, 4096], "processes": 8,
+                               "products_per_process": 1000}
+        for how, daemon, local in (("sync", 20000.0, 8000.0),
+                                   ("stream", 30000.0, 12000.0)):
+            d = [daemon * scale * f for f in spreads]
+            t = [local * f for f in spreads]
+            report["processes"][how] = {
+                "daemon_per_s": _spread(d), "torch_per_s": _spread(t),
+                "torch_one_process_per_s": _spread(x * 3 for x in t),
+                "ratio": _spread(a / b for a, b in zip(d, t)),
+                "target_ratio": 3.0 if how == "sync" else None}
+    return report

@@ -12,6 +12,15 @@ docs/bench/ (tests/gpu/benchmarks.sh produces them on the GPU machine):
   dashboard_vs_bench.txt
                       tests/gpu/steps/dashboard_vs_bench.sh's check, and
                       docs/dashboard/*.png (tools/dashboard/pictures.sh)
+  lora_step.json, lora_step_mps.json
+                      tests/gpu/python/lora_step.py --json, without MPS
+                      and under MPS (tests/gpu/python/lora_lists_gpu.sh
+                      runs both): the LoRA training step's sides
+  native_speed.json, native_speed_mps.json
+                      tests/gpu/python/native_speed.py --json, without
+                      and under MPS (lora_lists_gpu.sh writes the second
+                      as mps/native_speed.json): per-call p50 and the
+                      eight-process products/s
 
 Every figure on the page comes from these files; the prose around them
 only says how each figure is measured. A part whose files are absent says
@@ -38,7 +47,8 @@ INTRO = """\
 The kernel and service figures on this page come from one run of
 `tests/gpu/benchmarks.sh` on one NVIDIA H200 (sm_90a, 132 SMs) lent through
 the project's device tool; the dashboard check at the end is a step of its
-own on the same kind of machine. No GB10 (DGX Spark) has been available to this project, so no figure
+own on the same kind of machine, and the PyTorch figures come from a
+device call of their own, on the GPU they name. No GB10 (DGX Spark) has been available to this project, so no figure
 here is a Spark figure: the "fits the GB10" columns name the project's own
 kernels that would fit a GB10's 99 KiB of shared memory per block, timed
 on the H200.
@@ -351,6 +361,352 @@ def service_table(run, name):
     return "\n".join(out)
 
 
+# --- PyTorch: lora_step.py and native_speed.py ---------------------------
+
+LORA_METHOD = """\
+`tests/gpu/python/lora_step.py`: one LoRA training step (zero_grad,
+forward, backward, AdamW) of a Qwen-like MLP block,
+y = down(silu(gate(x)) * up(x)), frozen BF16 weights with trainable FP32
+adapters. All sides run in one process on one GPU from the same weights
+and data, the daemon sides against one CUDA daemon; local_lists runs the
+lists side's own product lists with torch ops, the lists side's ceiling.
+A figure is a run's mean step time (CUDA events) over its timed steps
+after a warm-up, the median (min..max) of the runs; ratio = local / side
+(above 1: faster than local). Every side's losses agree with local's
+within 1% and its adapter gradients within 1e-2, or the script fails.
+Under MPS a fresh daemon and the script are clients of one MPS server;
+`tests/gpu/python/lora_lists_gpu.sh` makes both files, and
+native_speed.py's, in one device call.
+"""
+
+NATIVE_METHOD = """\
+`tests/gpu/python/native_speed.py`: NT products (y = x @ w.T) of random
+BF16 through the daemon (`matmul_client.matmul`) and with `torch.matmul`
+in the same process, the two alternating within each run. Per call: the
+p50 wall time of a call followed by `torch.cuda.synchronize()`. Eight
+processes: each calls 16x4096x4096 products with its own weights;
+products/s of all together, each product waited for before the next
+(issue 21's reference) or stream-ordered and waited for at the end.
+"""
+
+LORA_FILES = ("lora_step.json", "lora_step_mps.json")
+NATIVE_FILES = ("native_speed.json", "native_speed_mps.json")
+MPS_LABELS = ("without MPS", "under MPS")
+# lora_step.py's sides, in the page's order, and what each is.
+LORA_SIDES = (
+    ("local", "local (F.linear, PEFT-style)"),
+    ("local_unsloth", "local_unsloth (base, then addmm_)"),
+    ("local_lists", "local_lists (the lists run with torch ops in the "
+     "process: the ceiling)"),
+    ("daemon", "daemon (a request per product)"),
+    ("lists", "lists (LoraLinear, product lists)"),
+)
+SMALL_SHAPES = ((256, 256, 256), (16, 4096, 4096))
+PROCESS_MODES = (("sync", "each product waited for"),
+                 ("stream", "stream-ordered, waited for at the end"))
+
+
+def check_spread(obj, key, where):
+    """obj[key] as lora_step.py's and native_speed.py's spread() writes it:
+    {median, min, max} numbers."""
+    value = field(obj, key, dict, where)
+    for k in ("median", "min", "max"):
+        field(value, k, float, f"{where} {key}")
+    return value
+
+
+def spread_cell(figure, fmt):
+    """median (min..max) of a spread, each number by fmt."""
+    return f"{fmt(figure['median'])} ({fmt(figure['min'])}.." \
+        f"{fmt(figure['max'])})"
+
+
+def load_lora(path):
+    report = load_json(path)
+    if not isinstance(report, dict):
+        raise BadInput(f"{path}: not a JSON object")
+    for key in ("torch", "device"):
+        field(report, key, str, path)
+    field(report, "repeat", int, path)
+    config = field(report, "config", dict, path)
+    for key in ("tokens", "hidden", "intermediate", "rank", "warmup",
+                "steps"):
+        field(config, key, int, f"{path}: config")
+    requests = field(report, "requests_per_step", dict, path)
+    for side in requests:
+        field(requests, side, int, f"{path}: requests_per_step")
+    step = field(report, "step", dict, path)
+    field(step, "mps_client", bool, f"{path}: step")
+    field(step, "target_ratio", float, f"{path}: step")
+    field(step, "loss_max_relative_difference", float, f"{path}: step")
+    sides = field(step, "sides", dict, f"{path}: step")
+    if "local" not in sides:
+        raise BadInput(f"{path}: step sides: no \"local\"")
+    for side, entry in sides.items():
+        where = f"{path}: step sides {side}"
+        check_spread(entry, "ms", where)
+        check_spread(entry, "issue_ms", where)
+        if side != "local":
+            check_spread(entry, "ratio_local_over", where)
+    gradients = report.get("gradients") or {}
+    if not isinstance(gradients, dict):
+        raise BadInput(f"{path}: \"gradients\" is not a dict")
+    for side in gradients:
+        field(gradients, side, float, f"{path}: gradients")
+    return report
+
+
+def load_native(path):
+    report = load_json(path)
+    if not isinstance(report, dict):
+        raise BadInput(f"{path}: not a JSON object")
+    for key in ("torch", "gpu"):
+        field(report, key, str, path)
+    field(report, "repeat", int, path)
+    for i, row in enumerate(field(report, "per_call", list, path)):
+        where = f"{path}: per_call[{i}]"
+        shape = field(row, "shape", list, where)
+        if len(shape) != 3 or not all(isinstance(d, int) for d in shape):
+            raise BadInput(f"{where}: \"shape\" is not [M, N, K]")
+        field(row, "calls", int, where)
+        check_spread(row, "daemon_us", where)
+        check_spread(row, "torch_us", where)
+    processes = report.get("processes")
+    if processes is not None:
+        where = f"{path}: processes"
+        field(processes, "shape", list, where)
+        field(processes, "processes", int, where)
+        field(processes, "products_per_process", int, where)
+        for how, _ in PROCESS_MODES:
+            field(processes, how, dict, where)
+            for key in ("daemon_per_s", "torch_per_s", "ratio"):
+                check_spread(processes[how], key, f"{where} {how}")
+    return report
+
+
+def load_pair(bench_dir, names, loader, used):
+    """[report or None] for each of names (without and under MPS), the
+    ones found added to used."""
+    out = []
+    for name in names:
+        path = os.path.join(bench_dir, name)
+        if os.path.exists(path):
+            out.append(loader(path))
+            used.append(path)
+        else:
+            out.append(None)
+    return out
+
+
+def absent_note(names, reports):
+    """'Not measured in this run (no `x`)' for the files of names that are
+    absent, '' where none is."""
+    missing = [f"`{n}`" for n, r in zip(names, reports) if r is None]
+    if not missing:
+        return ""
+    which = [label for label, r in zip(MPS_LABELS, reports) if r is None]
+    return (("Not measured in this run" if len(missing) == len(names) else
+             f"Not measured {' or '.join(which)} in this run")
+            + " (no " + ", no ".join(missing) + ").\n")
+
+
+def per_file(names, reports, describe):
+    """describe(report) for each present file: once where they agree,
+    else named by file."""
+    texts = [(n, describe(r)) for n, r in zip(names, reports) if r]
+    if len({t for _, t in texts}) == 1:
+        return texts[0][1]
+    return "; ".join(f"`{n}`: {t}" for n, t in texts)
+
+
+def runs(n):
+    return f"{n} run" + ("" if n == 1 else "s")
+
+
+def ms(x):
+    return f"{x:.2f}"
+
+
+def two(x):
+    return f"{x:.2f}"
+
+
+def us(x):
+    return f"{x:.1f}"
+
+
+def per_s(x):
+    return f"{x:,.0f}"
+
+
+def lora_section(reports):
+    out = [LORA_METHOD]
+    note = absent_note(LORA_FILES, reports)
+    present = [(n, r) for n, r in zip(LORA_FILES, reports) if r]
+    if not present:
+        return "\n".join(out + [note])
+    out.append("From " + " and ".join(f"`{n}`" for n, _ in present) + ".\n")
+    if note:
+        out.append(note)
+
+    def setting(r):
+        c = r["config"]
+        return (f"{r['device']}, torch {r['torch']}; {c['tokens']} tokens, "
+                f"hidden {c['hidden']}, intermediate {c['intermediate']}, "
+                f"rank {c['rank']}; median (min..max) of "
+                f"{runs(r['repeat'])} of {c['steps']} timed steps after "
+                f"{c['warmup']} warm-up steps")
+
+    def requests(r):
+        return ", ".join(f"{side} {n}"
+                         for side, n in r["requests_per_step"].items()) \
+            or "none counted"
+
+    lines = [f"GPU and settings: {per_file(LORA_FILES, reports, setting)}.",
+             "Requests (hand-offs) per step: "
+             f"{per_file(LORA_FILES, reports, requests)}."]
+    sides = [s for s, _ in LORA_SIDES]
+    for r in reports:
+        for side in (r["step"]["sides"] if r else ()):
+            if side not in sides:
+                sides.append(side)
+    labels = dict(LORA_SIDES)
+    rows = []
+    for side in sides:
+        if not any(r and side in r["step"]["sides"] for r in reports):
+            continue
+        row = [labels.get(side, side)]
+        for r in reports:
+            entry = r["step"]["sides"].get(side) if r else None
+            if entry is None:
+                row += ["-", "-"]
+                continue
+            ratio_over = entry.get("ratio_local_over")
+            row += [spread_cell(entry["ms"], ms),
+                    spread_cell(ratio_over, two) if ratio_over else "-"]
+        rows.append(row)
+    header = ["side"]
+    for label in MPS_LABELS:
+        header += [f"step ms, {label}", f"local / side, {label}"]
+    targets, mps = [], []
+    for label, r in zip(MPS_LABELS, reports):
+        if r is None:
+            continue
+        step = r["step"]
+        lists = step["sides"].get("lists")
+        target = f"{label} >= {step['target_ratio']:.2f}"
+        if lists:
+            median = lists["ratio_local_over"]["median"]
+            target += f" (median {median:.3f}: " + (
+                "met" if median >= step["target_ratio"] else "not met") + ")"
+        targets.append(target)
+        mps.append(f"{label} {'yes' if step['mps_client'] else 'no'}")
+    lines.append("Target for local / lists (issue 46): " + "; ".join(targets)
+                 + ". Whether the daemon is an MPS client (GetServerInfo, "
+                 "which picks the target): " + ", ".join(mps) + ".")
+    checks = []
+    for label, r in zip(MPS_LABELS, reports):
+        if r is None:
+            continue
+        check = (f"{label}, losses within "
+                 f"{r['step']['loss_max_relative_difference']:.1e}")
+        grads = r.get("gradients") or {}
+        if grads:
+            side = max(grads, key=grads.get)
+            check += (f", adapter gradients after two steps within "
+                      f"{grads[side]:.1e} ({side})")
+        checks.append(check)
+    lines.append("Largest relative differences from local: "
+                 + "; ".join(checks) + ".")
+    out.append("".join(f"- {line}\n" for line in lines))
+    out.append(table(header, rows))
+    return "\n".join(out)
+
+
+def native_section(reports):
+    out = [NATIVE_METHOD]
+    note = absent_note(NATIVE_FILES, reports)
+    present = [(n, r) for n, r in zip(NATIVE_FILES, reports) if r]
+    if not present:
+        return "\n".join(out + [note])
+    out.append("From " + " and ".join(f"`{n}`" for n, _ in present) + ".\n")
+    if note:
+        out.append(note)
+    out.append("GPU and settings: " + per_file(
+        NATIVE_FILES, reports,
+        lambda r: f"{r['gpu']}, torch {r['torch']}; median (min..max) of "
+        f"{runs(r['repeat'])}") + ".\n")
+
+    def row_of(r, shape):
+        return next((row for row in (r["per_call"] if r else ())
+                     if tuple(row["shape"]) == shape), None)
+
+    rows = []
+    for shape in SMALL_SHAPES:
+        found = [row_of(r, shape) for r in reports]
+        if not any(found):
+            continue
+        row = ["x".join(map(str, shape))]
+        for f in found:
+            row += [spread_cell(f["daemon_us"], us),
+                    spread_cell(f["torch_us"], us)] if f else ["-", "-"]
+        rows.append(row)
+    calls = sorted({row["calls"] for r in reports if r
+                    for row in r["per_call"]
+                    if tuple(row["shape"]) in SMALL_SHAPES})
+    targets = sorted({row["target_us"] for r in reports if r
+                      for row in r["per_call"]
+                      if tuple(row["shape"]) in SMALL_SHAPES
+                      and isinstance(row.get("target_us"), (int, float))})
+    if rows:
+        header = ["shape NT"]
+        for label in MPS_LABELS:
+            header += [f"daemon, {label}", f"torch.matmul, {label}"]
+        out.append("Per call, p50 of the wall time over "
+                   + " or ".join(map(str, calls)) + " calls, us"
+                   + (" (issue 21's target for the daemon: <= "
+                      + " or ".join(f"{t:g}" for t in targets) + " us)"
+                      if targets else "") + ":\n")
+        out.append(table(header, rows))
+    else:
+        out.append("No per-call figures for "
+                   + ", ".join("x".join(map(str, s)) for s in SMALL_SHAPES)
+                   + " in these files.\n")
+
+    procs = [r.get("processes") if r else None for r in reports]
+    if any(procs):
+        def setting(r):
+            p = r["processes"]
+            return (f"{p['processes']} processes, "
+                    + "x".join(map(str, p["shape"]))
+                    + f" NT, {p['products_per_process']} products each per "
+                    "run") if p else "not measured"
+        rows = []
+        for how, label in PROCESS_MODES:
+            row = [label]
+            for p in procs:
+                row += [spread_cell(p[how]["daemon_per_s"], per_s),
+                        spread_cell(p[how]["torch_per_s"], per_s),
+                        spread_cell(p[how]["ratio"], two)] if p else \
+                    ["-", "-", "-"]
+            rows.append(row)
+        header = ["calls"]
+        for label in MPS_LABELS:
+            header += [f"daemon, {label}", f"torch.matmul, {label}",
+                       f"daemon / torch, {label}"]
+        target = next((p["sync"].get("target_ratio") for p in procs
+                       if p and isinstance(p["sync"].get("target_ratio"),
+                                           (int, float))), None)
+        out.append("Eight processes, products/s in all ("
+                   + per_file(NATIVE_FILES, reports, setting) + ")"
+                   + (f"; issue 21's target: daemon / torch >= {target:g}, "
+                      "each product waited for" if target else "") + ":\n")
+        out.append(table(header, rows))
+    else:
+        out.append("No eight-process figures in these files.\n")
+    return "\n".join(out)
+
+
 # --- the page -------------------------------------------------------------
 
 def warn(text):
@@ -395,6 +751,12 @@ def build_page(bench_dir, dashboard_dir, page_dir):
         with open(check_path, encoding="utf-8") as f:
             check = f.read()
         used.append(check_path)
+    lora = load_pair(bench_dir, LORA_FILES, load_lora, used)
+    native = load_pair(bench_dir, NATIVE_FILES, load_native, used)
+    for name, report in zip(LORA_FILES + NATIVE_FILES, lora + native):
+        if report is None:
+            warn(f"no {os.path.join(bench_dir, name)}: not on the PyTorch "
+                 "section")
     pictures = sorted(glob.glob(os.path.join(dashboard_dir, "*.png")))
     used += pictures
 
@@ -452,6 +814,13 @@ def build_page(bench_dir, dashboard_dir, page_dir):
             page.append(f"![{os.path.basename(chart)}]({rel(chart)})\n")
     else:
         page.append("Not measured in this run (no `service_*.json`).\n")
+
+    page.append("## PyTorch: the LoRA step, per call and eight processes, "
+                "with and without MPS\n")
+    page.append("### The LoRA step\n")
+    page.append(lora_section(lora))
+    page.append("### Per call and eight processes\n")
+    page.append(native_section(native))
 
     page.append("## The dashboard against matmul-bench\n")
     page.append(DASHBOARD_METHOD)

@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """tools/benchmarks_page.py on a results folder in the formats the
 benchmark binaries write (tools/bench_fixtures.py): every table appears
-with the figures of the files, parts without files say so, and input that
-is not a result fails naming the file.
+with the figures of the files (the PyTorch section's without and under
+MPS side by side), parts without files say so, and input that is not a
+result fails naming the file.
 
 Usage: /usr/bin/python3 tools/benchmarks_page_test.py
 """
@@ -156,6 +157,139 @@ class BenchmarksPageTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn('matmul_bench.json: runs[0][1] pick: "tflops" is not '
                       'a float', result.stderr)
+
+    def write_pytorch(self, mps=True):
+        """lora_step.py's and native_speed.py's files, without MPS and
+        (mps) under it."""
+        self.write("lora_step.json", bench_fixtures.lora_step())
+        self.write("native_speed.json", bench_fixtures.native_speed())
+        if mps:
+            self.write("lora_step_mps.json", bench_fixtures.lora_step(
+                mps_client=True, side_ms={
+                    "local": 20.0, "daemon": 30.0, "lists": 16.0,
+                    "local_unsloth": 19.0, "local_lists": 15.0}))
+            self.write("native_speed_mps.json",
+                       bench_fixtures.native_speed(scale=0.5))
+
+    def pytorch_part(self, page):
+        start = page.index("## PyTorch: the LoRA step, per call and eight "
+                           "processes, with and without MPS")
+        return page[start:page.index("## The dashboard against")]
+
+    def test_pytorch_section_sets_mps_beside_without(self):
+        self.write_full_run()
+        self.write_pytorch()
+        result = self.generate()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertNotIn("lora_step", result.stderr)
+        self.assertNotIn("native_speed", result.stderr)
+        page = self.read_page()
+        part = self.pytorch_part(page)
+        self.assertLess(page.index("## The service under load"),
+                        page.index("## PyTorch:"))
+        self.assertNotIn("Not measured", part)
+        self.assertIn("From `lora_step.json` and `lora_step_mps.json`.", part)
+        self.assertIn("NVIDIA H100 80GB HBM3, torch 2.5.1+cu124; 5120 "
+                      "tokens, hidden 2048, intermediate 11008, rank 16; "
+                      "median (min..max) of 3 runs of 30 timed steps after "
+                      "10 warm-up steps", part)
+        self.assertIn("Requests (hand-offs) per step: daemon 20, lists 4.",
+                      part)
+        # Targets from each file (issue 46), met or not by the median.
+        self.assertIn("without MPS >= 0.70 (median 0.800: met); under MPS "
+                      ">= 1.10 (median 1.250: met)", part)
+        self.assertIn("without MPS no, under MPS yes", part)
+        # Rows in the page's order, step ms and local / side, without MPS
+        # then under it.
+        self.assertIn("| side | step ms, without MPS | local / side, "
+                      "without MPS | step ms, under MPS | local / side, "
+                      "under MPS |", part)
+        self.assertIn("| local (F.linear, PEFT-style) | 20.00 (19.80..20.20) "
+                      "| - | 20.00 (19.80..20.20) | - |", part)
+        self.assertIn("| lists (LoraLinear, product lists) | 25.00 "
+                      "(24.75..25.25) | 0.80 (0.80..0.80) | 16.00 "
+                      "(15.84..16.16) | 1.25 (1.25..1.25) |", part)
+        rows = [line.split(" (")[0] for line in part.splitlines()
+                if line.startswith("| local") or line.startswith("| daemon")
+                or line.startswith("| lists")]
+        self.assertEqual(rows, ["| local", "| local_unsloth",
+                                "| local_lists", "| daemon", "| lists"])
+        # native_speed: per call for the two small shapes only, then the
+        # eight processes, each without MPS then under it.
+        self.assertIn("| 256x256x256 | 30.0 (27.0..33.0) | 20.0 (18.0..22.0) "
+                      "| 15.0 (13.5..16.5) | 20.0 (18.0..22.0) |", part)
+        self.assertIn("| 16x4096x4096 | 31.0 (27.9..34.1) |", part)
+        self.assertNotIn("5120x11008x2048", part)
+        self.assertIn("over 200 calls", part)
+        self.assertIn("8 processes, 16x4096x4096 NT, 1000 products each", part)
+        self.assertIn("| each product waited for | 20,000 (18,000..22,000) | "
+                      "8,000 (7,200..8,800) | 2.50 (2.50..2.50) | 10,000 "
+                      "(9,000..11,000) | 8,000 (7,200..8,800) | "
+                      "1.25 (1.25..1.25) |", part)
+        self.assertIn("| stream-ordered, waited for at the end | 30,000", part)
+        for name in ("lora_step.json", "lora_step_mps.json",
+                     "native_speed.json", "native_speed_mps.json"):
+            self.assertIn(f"[`{name}`](bench/{name})", page)
+        # --check as before: current, then stale when a file changes.
+        self.assertEqual(self.generate("--check").returncode, 0)
+        self.write("lora_step_mps.json", bench_fixtures.lora_step(
+            mps_client=True))
+        stale = self.generate("--check")
+        self.assertEqual(stale.returncode, 1)
+        self.assertIn("run tools/benchmarks_page.py", stale.stderr)
+
+    def test_pytorch_files_absent_are_named(self):
+        self.write_full_run()
+        result = self.generate()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        part = self.pytorch_part(self.read_page())
+        self.assertIn("Not measured in this run (no `lora_step.json`, no "
+                      "`lora_step_mps.json`).", part)
+        self.assertIn("Not measured in this run (no `native_speed.json`, no "
+                      "`native_speed_mps.json`).", part)
+        self.assertNotIn("| side |", part)
+        self.assertIn("lora_step_mps.json: not on the PyTorch section",
+                      result.stderr)
+        self.assertEqual(self.generate("--check").returncode, 0)
+        # Without MPS only: its columns filled, the MPS ones "-", the
+        # missing files named.
+        self.write_pytorch(mps=False)
+        result = self.generate()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        part = self.pytorch_part(self.read_page())
+        self.assertIn("Not measured under MPS in this run (no "
+                      "`lora_step_mps.json`).", part)
+        self.assertIn("Not measured under MPS in this run (no "
+                      "`native_speed_mps.json`).", part)
+        self.assertIn("| daemon (a request per product) | 40.00 "
+                      "(39.60..40.40) | 0.50 (0.50..0.50) | - | - |", part)
+        self.assertIn("| 256x256x256 | 30.0 (27.0..33.0) | 20.0 (18.0..22.0) "
+                      "| - | - |", part)
+        self.assertIn("| - | - | - |", part)
+        # A run without the eight processes (--processes=0).
+        self.write("native_speed.json",
+                   bench_fixtures.native_speed(processes=False))
+        result = self.generate()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("No eight-process figures in these files.",
+                      self.pytorch_part(self.read_page()))
+
+    def test_bad_pytorch_input_names_the_file_and_field(self):
+        report = bench_fixtures.lora_step()
+        del report["step"]["sides"]["lists"]["ratio_local_over"]["median"]
+        self.write("lora_step.json", report)
+        result = self.generate()
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('lora_step.json: step sides lists ratio_local_over: '
+                      'no "median"', result.stderr)
+        self.write("lora_step.json", bench_fixtures.lora_step())
+        report = bench_fixtures.native_speed()
+        report["per_call"][1]["torch_us"] = 20
+        self.write("native_speed_mps.json", report)
+        result = self.generate()
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('native_speed_mps.json: per_call[1]: "torch_us" is not '
+                      'a dict', result.stderr)
 
     def test_help(self):
         result = subprocess.run([sys.executable, PAGE, "--help"],
