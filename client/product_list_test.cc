@@ -1,6 +1,7 @@
 #include "client/product_list.h"
 
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,7 @@ std::string Place(const v1::Tensor& tensor) {
   return "inline";
 }
 
-TEST(ProductListTest, BuildsTheListWithTheSessionAndNothingOfItsOwn) {
+TEST(ProductListBuilderTest, BuildsTheListWithTheSessionAndNothingOfItsOwn) {
   ProductList list("session-1");
   EXPECT_EQ(
       list.Add(Region(0, {kM, kIn}), Region(4096, {kOut, kIn}),
@@ -85,7 +86,7 @@ TEST(ProductListTest, BuildsTheListWithTheSessionAndNothingOfItsOwn) {
   EXPECT_FALSE(second.has_beta());
 }
 
-TEST(ProductListTest, WritesStridesWhenGiven) {
+TEST(ProductListBuilderTest, WritesStridesWhenGiven) {
   ProductList list("s");
   ListOperand a = Region(0, {kM, kIn});
   a.strides = {kIn + 8, 1};
@@ -102,9 +103,14 @@ struct Refusal {
   std::string message;
 };
 
-class ProductListRefusalTest : public ::testing::TestWithParam<Refusal> {};
+// gtest prints a parameter in the test's ctest name: the case's name, not
+// its bytes.
+void PrintTo(const Refusal& refusal, std::ostream* os) { *os << refusal.name; }
 
-TEST_P(ProductListRefusalTest, NamesTheProduct) {
+class ProductListBuilderRefusalTest : public ::testing::TestWithParam<Refusal> {
+};
+
+TEST_P(ProductListBuilderRefusalTest, NamesTheProduct) {
   ProductList list("s");
   GetParam().build(list);
   absl::StatusOr<v1::MatmulRequest> request = list.Build();
@@ -122,7 +128,7 @@ void FirstIntoScratch(ProductList& list) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Refusals, ProductListRefusalTest,
+    Refusals, ProductListBuilderRefusalTest,
     ::testing::Values(
         Refusal{"Empty", [](ProductList&) {}, "needs a product"},
         Refusal{"NoPlace",
@@ -216,7 +222,7 @@ INSTANTIATE_TEST_SUITE_P(
       return info.param.name;
     });
 
-TEST(ProductListTest, ScratchMayBeWrittenAgainAndReadInPart) {
+TEST(ProductListBuilderTest, ScratchMayBeWrittenAgainAndReadInPart) {
   ProductList list("s");
   FirstIntoScratch(list);  // product 0: [kM, kOut] into scratch 0
   // Accumulate into product 0's buffer, then read its second half's rows.
@@ -258,7 +264,6 @@ TEST(LoraForwardTest, ThreeProductsPerProjection) {
   ASSERT_EQ(request->products_size(), 6);
   for (int p = 0; p < 2; ++p) {
     SCOPED_TRACE(p);
-    const std::string base = std::to_string((p << 20));
     const v1::MatmulRequest& xa = request->products(3 * p);
     const v1::MatmulRequest& base_product = request->products(3 * p + 1);
     const v1::MatmulRequest& adapter = request->products(3 * p + 2);
