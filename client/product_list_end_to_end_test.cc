@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "client/product_list.h"
 #include "client/registered_region.h"
+#include "client/request_ring.h"
 #include "client/session.h"
 #include "client/shared_memory_segment.h"
 #include "common/bf16.h"
@@ -90,6 +91,7 @@ class ProductListEndToEndTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    ring_.reset();
     region_.reset();
     session_.reset();
   }
@@ -152,9 +154,11 @@ class ProductListEndToEndTest : public ::testing::Test {
     return values;
   }
 
+  // Through the request ring when one is attached, else a unary call.
   absl::StatusOr<v1::MatmulResponse> Run(const ProductList& list) {
     absl::StatusOr<v1::MatmulRequest> request = list.Build();
     if (!request.ok()) return request.status();
+    if (ring_ != nullptr) return ring_->Matmul(*request, kTimeout);
     return daemon_.client().Matmul(*request, kTimeout);
   }
 
@@ -165,6 +169,7 @@ class ProductListEndToEndTest : public ::testing::Test {
   std::unique_ptr<Session> session_;
   std::unique_ptr<SharedMemorySegment> segment_;
   std::unique_ptr<RegisteredRegion> region_;
+  std::unique_ptr<RequestRing> ring_;
   uint64_t next_offset_ = 0;
 };
 
@@ -262,6 +267,37 @@ TEST_F(ProductListEndToEndTest, LoraForwardAndBackwardMatchFp64) {
     }
   }
   EXPECT_LT(RelativeError(Read(dx.operand), want_dx), kTolerance);
+}
+
+// A list has no top-level C, and its outputs are all in regions: it fits
+// a ring slot like any product with its output in place.
+TEST_F(ProductListEndToEndTest, ALoraForwardGoesThroughARequestRing) {
+  absl::StatusOr<std::unique_ptr<RequestRing>> ring =
+      RequestRing::Attach(daemon_.client(), *session_);
+  ASSERT_TRUE(ring.ok()) << ring.status();
+  ring_ = *std::move(ring);
+  const Matrix x = Random(kM, kIn);
+  const Matrix w = Random(kOut, kIn);
+  const Matrix a = Random(kRank, kIn);
+  Matrix b = Random(kOut, kRank);
+  Matrix xa = Output(kM, kRank, DType::kBF16);
+  const Matrix y = Output(kM, kOut, DType::kBF16);
+  const LoraForwardProjection projection = {.weights = {.w = w.operand,
+                                                        .a = a.operand,
+                                                        .b = b.operand,
+                                                        .scale = kScale},
+                                            .xa = xa.operand,
+                                            .y = y.operand};
+  ProductList list(session_->session_id());
+  ASSERT_TRUE(AddLoraForward(list, x.operand, {&projection, 1}).ok());
+  absl::StatusOr<v1::MatmulResponse> response = Run(list);
+  ASSERT_TRUE(response.ok()) << response.status();
+
+  xa.values = Multiply(x, false, a, true);
+  std::vector<double> want = Multiply(x, false, w, true);
+  const std::vector<double> adapter = Multiply(xa, false, b, true);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += kScale * adapter[i];
+  EXPECT_LT(RelativeError(Read(y.operand), want), kTolerance);
 }
 
 TEST_F(ProductListEndToEndTest, TheDaemonNamesTheProductAtFault) {
