@@ -37,6 +37,7 @@ struct Matrix {
   int64_t rows = 0;
   int64_t cols = 0;
   uint64_t offset = 0;
+  bool in_spare = false;  // in the test's second region
 };
 
 // One BF16 product of a list as the test builds it; scratch operands name
@@ -46,7 +47,8 @@ struct Operand {
   int scratch = -1;  // >= 0: in that product's scratch, matrix.offset in it
 };
 
-v1::Tensor TensorOf(const Operand& operand, const std::string& region) {
+v1::Tensor TensorOf(const Operand& operand, const std::string& region,
+                    const std::string& spare) {
   v1::Tensor tensor;
   tensor.set_dtype(v1::DTYPE_BF16);
   tensor.add_shape(operand.matrix.rows);
@@ -55,7 +57,8 @@ v1::Tensor TensorOf(const Operand& operand, const std::string& region) {
     tensor.mutable_scratch()->set_product(operand.scratch);
     tensor.mutable_scratch()->set_offset_bytes(operand.matrix.offset);
   } else {
-    tensor.mutable_region()->set_region_id(region);
+    tensor.mutable_region()->set_region_id(operand.matrix.in_spare ? spare
+                                                                   : region);
     tensor.mutable_region()->set_offset_bytes(operand.matrix.offset);
   }
   return tensor;
@@ -129,9 +132,16 @@ class ProductListTest : public ::testing::Test {
         registry_.Add(session_, kOwner, std::move(region));
     EXPECT_TRUE(id.ok()) << id.status();
     region_id_ = id.value_or("");
+    auto spare = MakeTestRegion({.size = kRegionBytes, .object = "spare"});
+    spare_ = spare.get();
+    id = registry_.Add(session_, kOwner, std::move(spare));
+    EXPECT_TRUE(id.ok()) << id.status();
+    spare_id_ = id.value_or("");
     // Every byte poisoned: what no product writes stays NaN.
-    auto* words = reinterpret_cast<uint16_t*>(region_->data());
-    for (int64_t i = 0; i < kRegionBytes / 2; ++i) words[i] = kPoison;
+    for (TestRegion* region : {region_, spare_}) {
+      auto* words = reinterpret_cast<uint16_t*>(region->data());
+      for (int64_t i = 0; i < kRegionBytes / 2; ++i) words[i] = kPoison;
+    }
   }
   ~ProductListTest() override {
     backend_->gate.Open();
@@ -160,8 +170,9 @@ class ProductListTest : public ::testing::Test {
   }
   // The matrix as doubles, row-major.
   std::vector<double> Read(const Matrix& matrix) const {
+    const TestRegion* region = matrix.in_spare ? spare_ : region_;
     const auto* words =
-        reinterpret_cast<const uint16_t*>(region_->data() + matrix.offset);
+        reinterpret_cast<const uint16_t*>(region->data() + matrix.offset);
     std::vector<double> values(matrix.rows * matrix.cols);
     for (size_t i = 0; i < values.size(); ++i)
       values[i] = Bf16ToFloat(words[i]);
@@ -173,9 +184,9 @@ class ProductListTest : public ::testing::Test {
            const Operand& c, bool transpose_a, bool transpose_b,
            float alpha = 1.0f, float beta = 0.0f) {
     v1::MatmulRequest* product = request.add_products();
-    *product->mutable_a() = TensorOf(a, region_id_);
-    *product->mutable_b() = TensorOf(b, region_id_);
-    *product->mutable_c() = TensorOf(c, region_id_);
+    *product->mutable_a() = TensorOf(a, region_id_, spare_id_);
+    *product->mutable_b() = TensorOf(b, region_id_, spare_id_);
+    *product->mutable_c() = TensorOf(c, region_id_, spare_id_);
     product->set_transpose_a(transpose_a);
     product->set_transpose_b(transpose_b);
     if (alpha != 1.0f) product->set_alpha(alpha);
@@ -208,6 +219,9 @@ class ProductListTest : public ::testing::Test {
   std::shared_ptr<bool> released_;
   TestRegion* region_ = nullptr;
   std::string region_id_;
+  // Stays registered: outputs that must outlive the first region.
+  TestRegion* spare_ = nullptr;
+  std::string spare_id_;
   uint64_t next_offset_ = 0;
 };
 
@@ -397,16 +411,19 @@ TEST_F(ProductListTest, BadListsAreRefusedWholeAndLeaveNothingBehind) {
   absl::StatusOr<std::vector<RegionSummary>> regions =
       registry_.List(session_, kOwner);
   ASSERT_TRUE(regions.ok());
-  ASSERT_EQ(regions->size(), 1u);
-  EXPECT_EQ(regions->front().requests_in_flight, 0);
+  ASSERT_EQ(regions->size(), 2u);
+  for (const RegionSummary& region : *regions) {
+    EXPECT_EQ(region.requests_in_flight, 0);
+  }
 }
 
 // A region unregistered while a list that uses it waits to run: the
-// release waits for the list, which runs whole.
+// release waits for the list, which runs whole. The outputs are in a
+// region that stays, to be read after the first one is freed.
 TEST_F(ProductListTest, ARegionFreedMidListIsReleasedAfterIt) {
   backend_->gate.Reset();
-  const Matrix a = Random(8, 8), b = Random(8, 8), c = Place(8, 8),
-               d = Place(8, 8);
+  const Matrix a = Random(8, 8), b = Random(8, 8);
+  const Matrix c{8, 8, 0, true}, d{8, 8, 512, true};
   v1::MatmulRequest list;
   Add(list, {a}, {b}, {c}, false, false);
   Add(list, {c}, {b}, {d}, false, false);
@@ -424,13 +441,15 @@ TEST_F(ProductListTest, ARegionFreedMidListIsReleasedAfterIt) {
   ASSERT_TRUE(deferred.ok()) << deferred.status();
   EXPECT_TRUE(*deferred);
   EXPECT_FALSE(*released_);
+  // The inputs, read while their region still exists.
+  const std::vector<double> as = Read(a), bs = Read(b);
   backend_->gate.Open();
   ASSERT_TRUE(answer->done.WaitForNotificationWithTimeout(absl::Seconds(60)));
   ASSERT_TRUE(answer->status.ok()) << answer->status;
-  const std::vector<double> ab = RoundedToBf16(
-      Product(Read(a), 8, 8, false, Read(b), 8, 8, false, 1, 0, {}));
-  EXPECT_LT(RelativeError(Read(d), Product(ab, 8, 8, false, Read(b), 8, 8,
-                                           false, 1, 0, {})),
+  const std::vector<double> ab =
+      RoundedToBf16(Product(as, 8, 8, false, bs, 8, 8, false, 1, 0, {}));
+  EXPECT_LT(RelativeError(Read(d),
+                          Product(ab, 8, 8, false, bs, 8, 8, false, 1, 0, {})),
             1e-2);
   // Released once the list's request is gone, just after its answer.
   for (int i = 0; i < 1000 && !*released_; ++i)
