@@ -19,6 +19,13 @@ bool IsStickyCudaError(cudaError_t error) {
     case cudaErrorAssert:
     case cudaErrorContained:
     case cudaErrorNvlinkUncorrectable:
+    // Under MPS: the server ended this client (another client's fault
+    // reaches every client of the GPU) or is gone; only a new process
+    // gets a context again.
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorMpsServerNotReady:
+    case cudaErrorMpsRpcFailure:
+    case cudaErrorMpsConnectionFailed:
       return true;
     default:
       return false;
