@@ -1,6 +1,8 @@
-// Admission of one product, whichever transport brought it (a unary call,
-// a MatmulStream, a request ring): everything between a parsed request and
-// the executor, in one place and in this order:
+// Admission of one product, or of one product list (MatmulRequest.
+// products: validated and bound whole, a launch of its own), whichever
+// transport brought it (a unary call, a MatmulStream, a request ring):
+// everything between a parsed request and the executor, in one place and
+// in this order:
 //   deadline -> validate -> region access -> the client's quota -> bind
 //   (regions looked up and bounds-checked) -> lane (the GPU that holds the
 //   operands) -> batch placement (which products may share a launch, how
