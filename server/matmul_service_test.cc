@@ -15,29 +15,13 @@
 #include "common/gemm/reference_gemm.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
+#include "server/test_gated_backend.h"
 #include "server/test_lane.h"
 
 namespace matmul {
 namespace {
 
 using ::testing::HasSubstr;
-
-// The CPU backend, held at the start of each launch until `gate` opens.
-class GatedBackend final : public GemmBackend {
- public:
-  std::string name() const override { return "cpu"; }
-  std::vector<DeviceInfo> devices() const override { return cpu_->devices(); }
-  absl::StatusOr<GemmRunInfo> RunHost(const GemmProblem& problem) override {
-    gate.WaitForNotification();
-    return cpu_->RunHost(problem);
-  }
-
-  absl::Notification gate;
-
- private:
-  std::unique_ptr<GemmBackend> cpu_ = CpuBackend::Create(1);
-};
 
 // What a submitted request was answered with, once it was.
 struct Answer {
@@ -53,7 +37,7 @@ class MatmulServiceTest : public ::testing::Test {
       : rng_(std::random_device{}()),
         metrics_(*ServerMetrics::Create("", 16, {})),
         registry_({}) {
-    auto backend = std::make_unique<GatedBackend>();
+    auto backend = std::make_unique<GatedBackend>(/*open=*/false);
     backend_ = backend.get();
     lanes_.push_back(MakeTestLane(std::move(backend), *metrics_, 0));
     // Every product goes through the gated backend on the worker
@@ -65,7 +49,7 @@ class MatmulServiceTest : public ::testing::Test {
                              .shm_prefix = "matmul-"});
   }
   ~MatmulServiceTest() override {
-    if (!backend_->gate.HasBeenNotified()) backend_->gate.Notify();
+    backend_->Open();
     lanes_.front().executor->Shutdown();
   }
 
@@ -100,7 +84,7 @@ class MatmulServiceTest : public ::testing::Test {
 };
 
 TEST_F(MatmulServiceTest, AProductRunsAndIsAnswered) {
-  backend_->gate.Notify();
+  backend_->Open();
   const int64_t m = 1 + rng_() % 20, n = 1 + rng_() % 20, k = 1 + rng_() % 20;
   std::unique_ptr<Answer> answer = RandomProduct(m, n, k);
   answer->request.set_request_id(17);
@@ -139,7 +123,7 @@ TEST_F(MatmulServiceTest, RequestsThatCannotRunAreAnsweredBeforeSubmitReturns) {
   EXPECT_EQ(invalid->status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(invalid->status.message(), HasSubstr("inner dimensions"));
   // Neither took a place in the client's quota.
-  backend_->gate.Notify();
+  backend_->Open();
   std::unique_ptr<Answer> fine = RandomProduct(2, 2, 2);
   Submit(*fine, Client("a"));
   ASSERT_TRUE(fine->done.WaitForNotificationWithTimeout(absl::Seconds(30)));
@@ -186,7 +170,7 @@ TEST_F(MatmulServiceTest, EachClientHasItsOwnShareInFlight) {
   Submit(*other, Client("b"));
   EXPECT_FALSE(other->done.HasBeenNotified());
 
-  backend_->gate.Notify();
+  backend_->Open();
   ASSERT_TRUE(first->done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   ASSERT_TRUE(other->done.WaitForNotificationWithTimeout(absl::Seconds(30)));
   EXPECT_TRUE(first->status.ok()) << first->status;

@@ -12,16 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/bf16.h"
 #include "common/gemm/reference_gemm.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/cpu/cpu_backend.h"
 #include "server/matmul_service.h"
 #include "server/regions/test_region.h"
+#include "server/test_gated_backend.h"
 #include "server/test_lane.h"
 
 namespace matmul {
@@ -64,43 +63,6 @@ v1::Tensor TensorOf(const Operand& operand, const std::string& region,
   return tensor;
 }
 
-// The CPU backend, each product held until `gate` is open (open unless a
-// test closes it).
-class GatedBackend final : public GemmBackend {
- public:
-  class Gate {
-   public:
-    void Reset() {
-      absl::MutexLock lock(&mu_);
-      open_ = false;
-    }
-    void Open() {
-      absl::MutexLock lock(&mu_);
-      open_ = true;
-    }
-    void Wait() {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(&open_));
-    }
-
-   private:
-    absl::Mutex mu_;
-    bool open_ = true;
-  };
-
-  std::string name() const override { return "cpu"; }
-  std::vector<DeviceInfo> devices() const override { return cpu_->devices(); }
-  absl::StatusOr<GemmRunInfo> RunHost(const GemmProblem& problem) override {
-    gate.Wait();
-    return cpu_->RunHost(problem);
-  }
-
-  Gate gate;
-
- private:
-  std::unique_ptr<GemmBackend> cpu_ = CpuBackend::Create(1);
-};
-
 struct Answer {
   v1::MatmulRequest request;
   v1::MatmulResponse response;
@@ -115,7 +77,7 @@ class ProductListTest : public ::testing::Test {
         metrics_(*ServerMetrics::Create("", 16, {})),
         registry_({}),
         session_(registry_.OpenSession("lists", kOwner)) {
-    auto backend = std::make_unique<GatedBackend>();
+    auto backend = std::make_unique<GatedBackend>(/*open=*/true);
     backend_ = backend.get();
     lanes_.push_back(MakeTestLane(std::move(backend), *metrics_, 0));
     service_ = std::make_unique<MatmulServiceImpl>(
@@ -144,7 +106,7 @@ class ProductListTest : public ::testing::Test {
     }
   }
   ~ProductListTest() override {
-    backend_->gate.Open();
+    backend_->Open();
     lanes_.front().executor->Shutdown();
   }
 
@@ -421,7 +383,7 @@ TEST_F(ProductListTest, BadListsAreRefusedWholeAndLeaveNothingBehind) {
 // release waits for the list, which runs whole. The outputs are in a
 // region that stays, to be read after the first one is freed.
 TEST_F(ProductListTest, ARegionFreedMidListIsReleasedAfterIt) {
-  backend_->gate.Reset();
+  backend_->Close();
   const Matrix a = Random(8, 8), b = Random(8, 8);
   const Matrix c{8, 8, 0, true}, d{8, 8, 512, true};
   v1::MatmulRequest list;
@@ -443,7 +405,7 @@ TEST_F(ProductListTest, ARegionFreedMidListIsReleasedAfterIt) {
   EXPECT_FALSE(*released_);
   // The inputs, read while their region still exists.
   const std::vector<double> as = Read(a), bs = Read(b);
-  backend_->gate.Open();
+  backend_->Open();
   ASSERT_TRUE(answer->done.WaitForNotificationWithTimeout(absl::Seconds(60)));
   ASSERT_TRUE(answer->status.ok()) << answer->status;
   const std::vector<double> ab =

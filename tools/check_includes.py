@@ -44,6 +44,7 @@ INCLUDE_LINE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SERVER_KERNEL_API = frozenset({
     "kernels/gemm_backend.h",
     "kernels/gemm_batch.h",
+    "kernels/gemm_list.h",
     "kernels/device_lost.h",
     "kernels/cpu/cpu_backend.h",
     "kernels/cuda/backend/cuda_backend.h",

@@ -59,6 +59,7 @@ TEST(ServerMetricsTest, EveryFamilyHasItsType) {
       {"matmul_answer_duration_seconds", "histogram"},
       {"matmul_build_info", "gauge"},
       {"matmul_device_info", "gauge"},
+      {"matmul_mps_client", "gauge"},
       {"matmul_device_memory_used_bytes", "gauge"},
       {"matmul_device_memory_total_bytes", "gauge"},
       {"matmul_regions", "gauge"},
