@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Product lists on the GPU machine, in one device call: the CUDA backend's
-# list test, the Python GPU tests (tests/gpu/steps/python_torch.sh, which
-# include test_lists.py), whether GetServerInfo reports the daemon as an
-# MPS client without and with MPS, the LoRA step (lora_step.sh, every side,
+# list test, the Python GPU list tests (tests/gpu/python/test_lists.py),
+# whether GetServerInfo reports the daemon as an MPS client without and with MPS, the LoRA step (lora_step.sh, every side,
 # without and with MPS) and the per-call and eight-process figures
 # (native_speed.sh, without and with MPS). Logs and JSON go to $OUT.
 #
@@ -51,13 +50,25 @@ if [[ $parts == *" backend "* ]]; then
     note cuda_backend_test ok || note cuda_backend_test failed
   tail -3 "$OUT/cuda_backend_test.log"
 fi
+source tests/gpu/cuda_daemon.sh
 if [[ $parts == *" python "* ]]; then
-  bash tests/gpu/steps/python_torch.sh >"$OUT/python_torch.log" 2>&1 &&
-    note python_torch ok || note python_torch failed
-  tail -5 "$OUT/python_torch.log"
+  # The list tests alone (tests/gpu/steps/python_torch.sh runs them with
+  # the others).
+  python_lists() {
+    unset dir
+    start_cuda_daemon
+    MATMUL_TARGET="$sock" PYTHONPATH="$PWD/client/python" \
+      PYTHONUNBUFFERED=1 timeout 240 python3 -m unittest -v \
+      tests/gpu/python/test_lists.py
+    local status=$?
+    stop_cuda_daemon 5
+    return "$status"
+  }
+  python_lists >"$OUT/test_lists.log" 2>&1 && note test_lists ok ||
+    note test_lists failed
+  tail -5 "$OUT/test_lists.log"
 fi
 if [[ $parts == *" info "* ]]; then
-  source tests/gpu/cuda_daemon.sh
   info() {
     unset dir
     start_cuda_daemon --metrics_listen=127.0.0.1:9477
