@@ -2,8 +2,9 @@
 # Product lists on the GPU machine, in one device call: the CUDA backend's
 # list test, the Python GPU list tests (tests/gpu/python/test_lists.py),
 # whether GetServerInfo reports the daemon as an MPS client without and
-# with MPS, the LoRA step (lora_step.sh, every side, without and with MPS) and the per-call and eight-process figures
-# (native_speed.sh, without and with MPS). Logs and JSON go to $OUT.
+# with MPS, the LoRA step (lora_step.sh, every side, without and with
+# MPS) and the per-call and eight-process figures (native_speed.sh,
+# without and with MPS). Logs and JSON go to $OUT.
 #
 # Usage, from the repo root on the GPU machine after tests/gpu/bundle.sh and
 # tests/gpu/python/build_native_for_device.sh:
