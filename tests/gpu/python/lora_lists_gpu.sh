@@ -11,7 +11,8 @@
 #   run(command="bash tests/gpu/python/lora_lists_gpu.sh",
 #       carry=["bundle", "client/python/matmul_client/_native...so"])
 # Env: OUT (default gpu-out), PARTS (space-separated: backend python info
-# lora speed; default all), LORA_FLAGS (extra lora_step.py flags),
+# lora speed; default all), BACKEND_FILTER (cuda_backend_test's gtest
+# filter), LORA_FLAGS (extra lora_step.py flags),
 # SPEED_FLAGS (extra native_speed.py flags).
 set -uo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
@@ -47,7 +48,8 @@ with_mps() {
 }
 
 if [[ $parts == *" backend "* ]]; then
-  bundle/cuda_backend_test >"$OUT/cuda_backend_test.log" 2>&1 &&
+  bundle/cuda_backend_test --gtest_filter="${BACKEND_FILTER:-*}" \
+    >"$OUT/cuda_backend_test.log" 2>&1 &&
     note cuda_backend_test ok || note cuda_backend_test failed
   tail -3 "$OUT/cuda_backend_test.log"
 fi
