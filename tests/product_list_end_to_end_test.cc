@@ -19,14 +19,14 @@
 #include "common/bf16.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_daemon.h"
+#include "tests/regions_fixture.h"
 
 namespace matmul {
 namespace {
 
+using ::matmul::region_tests::kTimeout;
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kTimeout = absl::Seconds(60);
 constexpr int64_t kM = 48, kIn = 72, kOut = 40, kRank = 8;
 constexpr int kProjections = 2;
 constexpr float kScale = 2.0f;
@@ -73,27 +73,13 @@ double RelativeError(const std::vector<double>& got,
   return std::sqrt(diff / norm);
 }
 
-class ProductListEndToEndTest : public ::testing::Test {
+// The fixture's daemon, session and shm region (regions_fixture.h), and a
+// request ring when a test attaches one.
+class ProductListEndToEndTest : public region_tests::RegionTest {
  protected:
-  void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Session>> session =
-        Session::Open(daemon_.client(), "product_list_end_to_end_test");
-    ASSERT_TRUE(session.ok()) << session.status();
-    session_ = *std::move(session);
-    absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
-        SharedMemorySegment::Create(kSegmentBytes);
-    ASSERT_TRUE(segment.ok()) << segment.status();
-    segment_ = *std::move(segment);
-    absl::StatusOr<std::unique_ptr<RegisteredRegion>> region =
-        RegisteredRegion::RegisterShm(daemon_.client(), *session_, *segment_);
-    ASSERT_TRUE(region.ok()) << region.status();
-    region_ = *std::move(region);
-  }
-
   void TearDown() override {
     ring_.reset();
-    region_.reset();
-    session_.reset();
+    region_tests::RegionTest::TearDown();
   }
 
   // The next free place in the region, 256-byte aligned.
@@ -162,13 +148,6 @@ class ProductListEndToEndTest : public ::testing::Test {
     return daemon_.client().Matmul(*request, kTimeout);
   }
 
-  static constexpr int64_t kSegmentBytes = int64_t{4} << 20;
-
-  std::mt19937_64 rng_{46};
-  TestDaemon daemon_;
-  std::unique_ptr<Session> session_;
-  std::unique_ptr<SharedMemorySegment> segment_;
-  std::unique_ptr<RegisteredRegion> region_;
   std::unique_ptr<RequestRing> ring_;
   uint64_t next_offset_ = 0;
 };
