@@ -1,10 +1,14 @@
 // ValidateRequest on any serialized MatmulRequest: it must return, never
 // crash or overflow, and what it accepts must be self-consistent: every
 // element of op(A), op(B) and C lies inside the bytes it checked, and the
-// shapes agree.
+// shapes agree. A request with products goes through ValidateList too:
+// what it accepts keeps every operand in a region or inside scratch that
+// an earlier product (or, for a new C, the product itself) laid out,
+// within the list's bounds.
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/gemm_list.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/request_validation.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -80,6 +84,37 @@ void Check(const v1::MatmulRequest& request, const ValidationLimits& limits) {
   }
 }
 
+void CheckList(const v1::MatmulRequest& request,
+               const ValidationLimits& limits) {
+  absl::StatusOr<ListPlan> list = ValidateList(request, limits);
+  if (!list.ok()) {
+    FUZZ_CHECK(!list.status().message().empty());
+    return;
+  }
+  const size_t count = list->products.size();
+  FUZZ_CHECK(count == static_cast<size_t>(request.products_size()));
+  FUZZ_CHECK(count >= 1 &&
+             count <= static_cast<size_t>(limits.max_list_products));
+  FUZZ_CHECK(list->scratch_bytes >= 0 &&
+             list->scratch_bytes <= limits.max_list_scratch_bytes);
+  for (size_t i = 0; i < count; ++i) {
+    const MatmulPlan& plan = list->products[i];
+    FUZZ_CHECK(plan.c.has_value() && plan.output_in_region);
+    for (const CheckedTensor* t : {&plan.a, &plan.b, &*plan.c}) {
+      FUZZ_CHECK(t->in_region != t->in_scratch);
+      if (!t->in_scratch) continue;
+      const size_t j = t->scratch_product;
+      FUZZ_CHECK(j < i || (t == &*plan.c && j == i));
+      const int64_t start = list->buffer_start[j];
+      const int64_t bytes = list->buffer_bytes[j];
+      FUZZ_CHECK(start >= 0 && start % kScratchAlignment == 0);
+      FUZZ_CHECK(start + bytes <= list->scratch_bytes);
+      FUZZ_CHECK(static_cast<int64_t>(t->offset_bytes) + t->extent_bytes <=
+                 bytes);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace matmul
 
@@ -99,5 +134,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   small.max_tensor_bytes = 1 << 16;
   small.max_message_bytes = 1 << 14;
   matmul::Check(request, small);
+  if (request.products_size() > 0) {
+    matmul::CheckList(request, matmul::ValidationLimits{});
+    small.max_list_products = 4;
+    small.max_list_scratch_bytes = 1 << 12;
+    matmul::CheckList(request, small);
+  }
   return 0;
 }
