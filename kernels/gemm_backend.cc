@@ -2,7 +2,6 @@
 
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/gemm_batch.h"
 
 namespace matmul {
@@ -36,9 +35,7 @@ absl::StatusOr<std::vector<GemmRunInfo>> GemmBackend::RunList(
     absl::StatusOr<GemmRunInfo> run =
         on_device ? RunDevice(products[i]) : RunHost(products[i]);
     if (!run.ok()) {
-      return absl::Status(
-          run.status().code(),
-          absl::StrCat("product ", i, ": ", run.status().message()));
+      return InProduct(i, run.status());
     }
     runs.push_back(*std::move(run));
   }

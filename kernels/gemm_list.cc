@@ -1,5 +1,7 @@
 #include "kernels/gemm_list.h"
 
+#include "absl/strings/str_cat.h"
+
 namespace matmul {
 
 std::vector<GemmProblem> WithScratch(const GemmList& list, void* scratch) {
@@ -21,6 +23,11 @@ std::vector<GemmProblem> WithScratch(const GemmList& list, void* scratch) {
     }
   }
   return products;
+}
+
+absl::Status InProduct(size_t product, const absl::Status& status) {
+  return absl::Status(
+      status.code(), absl::StrCat("product ", product, ": ", status.message()));
 }
 
 std::vector<double> ShareByFlops(const std::vector<GemmProblem>& products,

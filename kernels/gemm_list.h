@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/gemm/gemm_problem.h"
 
 namespace matmul {
@@ -41,6 +42,10 @@ struct GemmList {
 // The products of `list` with their scratch operands pointing into
 // `scratch` (kScratchAlignment-aligned, at least list.scratch_bytes).
 std::vector<GemmProblem> WithScratch(const GemmList& list, void* scratch);
+
+// `status` with its message prefixed "product i: ": every error of a list,
+// from validation to the backend's run, names the product at fault.
+absl::Status InProduct(size_t product, const absl::Status& status);
 
 // Each product's kernel seconds when only the whole list was timed: the
 // list's time shared by FLOPs.

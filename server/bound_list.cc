@@ -25,9 +25,7 @@ absl::StatusOr<std::unique_ptr<BoundList>> BoundList::Bind(
             plan, i, request.products(static_cast<int>(i)),
             request.session_id(), order, registry, device_pointers);
     if (!product.ok()) {
-      return absl::Status(
-          product.status().code(),
-          absl::StrCat("product ", i, ": ", product.status().message()));
+      return InProduct(i, product.status());
     }
     const int device = (*product)->cuda_device();
     if (device >= 0 && bound->cuda_device_ >= 0 &&

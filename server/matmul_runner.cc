@@ -65,6 +65,28 @@ void MatmulRunner::RunBatch(
   RunLaunch(live, started);
 }
 
+absl::Status MatmulRunner::BackendFailure(const absl::Status& status) const {
+  return absl::Status(
+      status.code(),
+      absl::StrCat(backend_.name(), " backend: ", status.message()));
+}
+
+void MatmulRunner::FillAnswer(PendingProduct& product,
+                              const std::string& kernel, int batch_size,
+                              double queue_seconds, double kernel_seconds,
+                              double total_seconds) const {
+  v1::MatmulResponse* response = product.response;
+  response->set_request_id(product.request->request_id());
+  response->set_backend(backend_.name());
+  response->set_device_index(device_index_);
+  response->set_kernel(kernel);
+  response->set_batch_size(static_cast<uint32_t>(batch_size));
+  v1::Timing* timing = response->mutable_timing();
+  timing->set_queue_seconds(queue_seconds);
+  timing->set_kernel_seconds(kernel_seconds);
+  timing->set_total_seconds(total_seconds);
+}
+
 void MatmulRunner::DeviceLost(const std::vector<PendingProduct*>& products,
                               const absl::Status& status) {
   for (PendingProduct* product : products) {
@@ -86,9 +108,7 @@ void MatmulRunner::RunList(PendingProduct& product, absl::Time started) {
     return;
   }
   if (!runs.ok()) {
-    std::move(product.finish)(absl::Status(
-        runs.status().code(),
-        absl::StrCat(backend_.name(), " backend: ", runs.status().message())));
+    std::move(product.finish)(BackendFailure(runs.status()));
     return;
   }
   if (absl::Status intact = list.CheckRegionsIntact(); !intact.ok()) {
@@ -102,10 +122,8 @@ void MatmulRunner::RunList(PendingProduct& product, absl::Time started) {
   // kernel; the request's latency under the list's (kListShape).
   const std::vector<GemmProblem>& problems = list.gemm_list().products;
   std::vector<RequestRecord> records;
-  records.reserve(problems.size());
+  records.reserve(problems.size() + 1);  // and the list's own
   double kernel_seconds = 0.0;
-  std::vector<std::string> kernels;
-  kernels.reserve(problems.size());
   for (size_t i = 0; i < problems.size(); ++i) {
     RequestRecord& record = records.emplace_back();
     record.shape = ShapeName(problems[i]);
@@ -114,23 +132,17 @@ void MatmulRunner::RunList(PendingProduct& product, absl::Time started) {
     record.kernel_seconds = (*runs)[i].kernel_seconds;
     record.observe_latency = false;
     kernel_seconds += record.kernel_seconds;
-    kernels.push_back(record.kernel);
   }
+  const std::string kernels = absl::StrJoin(
+      records, " + ",
+      [](std::string* out, const RequestRecord& r) { out->append(r.kernel); });
   RequestRecord& whole = records.emplace_back();
   whole.shape = std::string(kListShape);
   whole.queue_seconds = absl::ToDoubleSeconds(started - product.accepted);
   whole.total_seconds = absl::ToDoubleSeconds(absl::Now() - product.accepted);
   whole.observe_kernel = false;
-  v1::MatmulResponse* response = product.response;
-  response->set_request_id(product.request->request_id());
-  response->set_backend(backend_.name());
-  response->set_device_index(device_index_);
-  response->set_kernel(absl::StrJoin(kernels, " + "));
-  response->set_batch_size(1);
-  v1::Timing* timing = response->mutable_timing();
-  timing->set_queue_seconds(whole.queue_seconds);
-  timing->set_kernel_seconds(kernel_seconds);
-  timing->set_total_seconds(whole.total_seconds);
+  FillAnswer(product, kernels, /*batch_size=*/1, whole.queue_seconds,
+             kernel_seconds, whole.total_seconds);
   std::move(product.finish)(absl::OkStatus());
   const absl::Time answered = absl::Now();
   metrics_.RecordRequests(device_label_, records);
@@ -165,9 +177,7 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
     return;
   }
   if (!run.ok()) {
-    std::move(live.front()->finish)(absl::Status(
-        run.status().code(),
-        absl::StrCat(backend_.name(), " backend: ", run.status().message())));
+    std::move(live.front()->finish)(BackendFailure(run.status()));
     return;
   }
   const GemmProblem& shape = live.front()->plan.problem;
@@ -196,20 +206,14 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
       continue;
     }
     const GemmProblem& p = product->plan.problem;
-    v1::MatmulResponse* response = product->response;
-    response->set_request_id(product->request->request_id());
     if (!product->plan.output_in_region) {
-      v1::Tensor* c = response->mutable_c();
+      v1::Tensor* c = product->response->mutable_c();
       c->set_dtype(p.c_dtype == DType::kBF16 ? v1::DTYPE_BF16 : v1::DTYPE_FP32);
       if (p.batch > 1) c->add_shape(p.batch);
       c->add_shape(p.m);
       c->add_shape(p.n);
       c->set_inline_data(product->operands->TakeOutput());
     }
-    response->set_backend(backend_.name());
-    response->set_device_index(device_index_);
-    response->set_kernel(run->kernel);
-    response->set_batch_size(static_cast<uint32_t>(batch_size));
 
     RequestRecord& record = records.emplace_back();
     // Products of a launch differ at most in their batch count.
@@ -222,10 +226,8 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
     record.queue_seconds = absl::ToDoubleSeconds(started - product->accepted);
     record.total_seconds =
         absl::ToDoubleSeconds(absl::Now() - product->accepted);
-    v1::Timing* timing = response->mutable_timing();
-    timing->set_queue_seconds(record.queue_seconds);
-    timing->set_kernel_seconds(run->kernel_seconds);
-    timing->set_total_seconds(record.total_seconds);
+    FillAnswer(*product, run->kernel, batch_size, record.queue_seconds,
+               run->kernel_seconds, record.total_seconds);
     std::move(product->finish)(absl::OkStatus());
   }
   const absl::Time answered = absl::Now();

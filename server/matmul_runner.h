@@ -46,8 +46,15 @@ class MatmulRunner {
   void RunLaunch(const std::vector<PendingProduct*>& live, absl::Time started);
   // Runs a product list (PendingProduct::list) and answers it.
   void RunList(PendingProduct& product, absl::Time started);
-  // Answers `product` UNAVAILABLE and, the first time, reports the lost
-  // device.
+  // The backend's failure as answered: "<backend> backend: <message>".
+  absl::Status BackendFailure(const absl::Status& status) const;
+  // What every answer carries besides C: the request id, where and with
+  // which kernel it ran, the launch's size, and its timings.
+  void FillAnswer(PendingProduct& product, const std::string& kernel,
+                  int batch_size, double queue_seconds, double kernel_seconds,
+                  double total_seconds) const;
+  // Answers each of `products` UNAVAILABLE and, the first time, reports
+  // the lost device.
   void DeviceLost(const std::vector<PendingProduct*>& products,
                   const absl::Status& status);
 

@@ -344,11 +344,6 @@ absl::Status CheckListItem(const v1::MatmulRequest& item) {
   return absl::OkStatus();
 }
 
-absl::Status Prefixed(size_t product, const absl::Status& status) {
-  return absl::Status(
-      status.code(), absl::StrCat("product ", product, ": ", status.message()));
-}
-
 }  // namespace
 
 absl::StatusOr<MatmulPlan> ValidateRequest(const v1::MatmulRequest& request,
@@ -409,23 +404,23 @@ absl::StatusOr<ListPlan> ValidateList(const v1::MatmulRequest& request,
     const size_t i = static_cast<size_t>(index);
     const v1::MatmulRequest& item = request.products(index);
     if (absl::Status status = CheckListItem(item); !status.ok()) {
-      return Prefixed(i, status);
+      return InProduct(i, status);
     }
     absl::StatusOr<MatmulPlan> plan =
         ValidateProduct(item, limits, /*listed=*/true);
-    if (!plan.ok()) return Prefixed(i, plan.status());
+    if (!plan.ok()) return InProduct(i, plan.status());
     for (const auto& [t, name] :
          {std::pair{&plan->a, "A"}, std::pair{&plan->b, "B"}}) {
       if (!t->in_scratch) continue;
       if (absl::Status status = check_scratch(i, *t, name); !status.ok()) {
-        return Prefixed(i, status);
+        return InProduct(i, status);
       }
     }
     const CheckedTensor& c = *plan->c;
     if (c.in_scratch && c.scratch_product == i) {  // a new buffer
       if (item.c().strides_size() != 0 || c.offset_bytes != 0 ||
           plan->problem.beta != 0.0f) {
-        return Prefixed(
+        return InProduct(
             i, absl::InvalidArgumentError(
                    "C: a new scratch buffer is contiguous (no strides), at "
                    "offset 0, and starts undefined (beta = 0); accumulate "
@@ -434,7 +429,7 @@ absl::StatusOr<ListPlan> ValidateList(const v1::MatmulRequest& request,
       const int64_t start = (list.scratch_bytes + kScratchAlignment - 1) /
                             kScratchAlignment * kScratchAlignment;
       if (c.extent_bytes > limits.max_list_scratch_bytes - start) {
-        return Prefixed(
+        return InProduct(
             i, absl::InvalidArgumentError(absl::StrCat(
                    "C: scratch of ", c.extent_bytes, " bytes at byte ", start,
                    " takes the list past its bound of ",
@@ -445,7 +440,7 @@ absl::StatusOr<ListPlan> ValidateList(const v1::MatmulRequest& request,
       list.scratch_bytes = start + c.extent_bytes;
     } else if (c.in_scratch) {  // into an earlier product's buffer
       if (absl::Status status = check_scratch(i, c, "C"); !status.ok()) {
-        return Prefixed(i, status);
+        return InProduct(i, status);
       }
       list.buffer_start[i] = list.buffer_start[c.scratch_product];
       list.buffer_bytes[i] = list.buffer_bytes[c.scratch_product];

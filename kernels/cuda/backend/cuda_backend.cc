@@ -155,6 +155,13 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunHost(const GemmProblem& p) {
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   RETURN_IF_ERROR(ValidateForCuda(p));
+  ASSIGN_OR_RETURN(const bool wait_on_gpu, AwaitClientStream(p));
+  ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
+  return RunOneOnSlot(p, lease.slot(), wait_on_gpu);
+}
+
+absl::StatusOr<bool> CudaBackend::AwaitClientStream(const GemmProblem& p) {
+  if (p.stream_order == nullptr) return false;
   // A stream-ordered product waits for its client's stream before it takes
   // a slot: that stream may wait for an earlier product of the client's
   // process, which needs a slot too, as does the background tuner (which
@@ -163,20 +170,15 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   // process is launched, whichever comes first: decided once, a product taken
   // while its predecessor was still on its way would wait on the CPU, and so,
   // one after another, would every product behind it.
-  bool wait_on_gpu = false;
-  if (p.stream_order != nullptr) {
-    const GemmProblem* one[] = {&p};
-    const LaunchOrder::Ticket& launch = p.stream_order->launch;
-    const bool may_wait_on_gpu = MayWaitOnGpu(p);
-    std::function<bool()> earlier_launched;
-    if (may_wait_on_gpu) {
-      earlier_launched = [&launch] { return launch.EarlierLaunched(); };
-    }
-    RETURN_IF_ERROR(WaitForClientStreams(one, earlier_launched));
-    wait_on_gpu = may_wait_on_gpu && launch.EarlierLaunched();
+  const GemmProblem* one[] = {&p};
+  const LaunchOrder::Ticket& launch = p.stream_order->launch;
+  const bool may_wait_on_gpu = MayWaitOnGpu(p);
+  std::function<bool()> earlier_launched;
+  if (may_wait_on_gpu) {
+    earlier_launched = [&launch] { return launch.EarlierLaunched(); };
   }
-  ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
-  return RunOneOnSlot(p, lease.slot(), wait_on_gpu);
+  RETURN_IF_ERROR(WaitForClientStreams(one, earlier_launched));
+  return may_wait_on_gpu && launch.EarlierLaunched();
 }
 
 bool CudaBackend::MayWaitOnGpu(const GemmProblem& p) const {
@@ -397,8 +399,7 @@ absl::StatusOr<std::vector<GemmRunInfo>> CudaBackend::RunList(
         list, reinterpret_cast<void*>(uintptr_t{kScratchAlignment}));
     for (size_t i = 0; i < checked.size(); ++i) {
       if (absl::Status status = ValidateForCuda(checked[i]); !status.ok()) {
-        return absl::Status(
-            status.code(), absl::StrCat("product ", i, ": ", status.message()));
+        return InProduct(i, status);
       }
     }
   }
@@ -406,21 +407,10 @@ absl::StatusOr<std::vector<GemmRunInfo>> CudaBackend::RunList(
   // carries it for the client-stream helpers.
   GemmProblem head;
   head.stream_order = list.stream_order;
-  bool wait_on_gpu = false;
-  if (list.stream_order != nullptr) {
-    const GemmProblem* one[] = {&head};
-    const LaunchOrder::Ticket& launch = list.stream_order->launch;
-    const bool may_wait_on_gpu = MayWaitOnGpu(head);
-    std::function<bool()> earlier_launched;
-    if (may_wait_on_gpu) {
-      earlier_launched = [&launch] { return launch.EarlierLaunched(); };
-    }
-    absl::Status waited = WaitForClientStreams(one, earlier_launched);
-    if (!waited.ok()) {
-      launch.MarkLaunched();
-      return waited;
-    }
-    wait_on_gpu = may_wait_on_gpu && launch.EarlierLaunched();
+  absl::StatusOr<bool> wait_on_gpu = AwaitClientStream(head);
+  if (!wait_on_gpu.ok()) {
+    if (list.stream_order != nullptr) list.stream_order->launch.MarkLaunched();
+    return wait_on_gpu.status();
   }
   absl::StatusOr<StreamSlotLease> lease = slots_->Acquire();
   absl::Status reserved =
@@ -432,7 +422,7 @@ absl::StatusOr<std::vector<GemmRunInfo>> CudaBackend::RunList(
   }
   StreamSlot& slot = lease->slot();
   return RunListOnSlot(WithScratch(list, slot.scratch.data()), head, slot,
-                       wait_on_gpu);
+                       *wait_on_gpu);
 }
 
 absl::StatusOr<std::vector<GemmRunInfo>> CudaBackend::RunListOnSlot(
@@ -463,8 +453,7 @@ absl::StatusOr<std::vector<GemmRunInfo>> CudaBackend::RunListOnSlot(
     RETURN_IF_ERROR(slot.start.Record(stream));
     for (size_t i = 0; i < products.size(); ++i) {
       if (absl::Status status = queue_one(i); !status.ok()) {
-        return absl::Status(
-            status.code(), absl::StrCat("product ", i, ": ", status.message()));
+        return InProduct(i, status);
       }
     }
     RETURN_IF_ERROR(slot.stop.Record(stream));

@@ -118,6 +118,11 @@ class CudaBackend : public GemmBackend {
       const ProductSchedule::AfterProduct& then = nullptr,
       const ProductSchedule::QueuedWait* wait = nullptr,
       const ProductSchedule::Queued& queued = nullptr);
+  // For a stream-ordered `problem`, waits for its client's stream as far
+  // as it must before the product takes a slot; returns whether the rest of
+  // the wait goes to the GPU (false without a stream order). The wait's
+  // give_up status when it gives up.
+  absl::StatusOr<bool> AwaitClientStream(const GemmProblem& problem);
   // Whether stream-ordered `problem` may wait for its client's stream on
   // the GPU (client_stream_order.h): the daemon does so where the driver
   // offers stream memory operations. It then does, once every earlier
