@@ -539,15 +539,25 @@ def per_s(x):
     return f"{x:,.0f}"
 
 
-def lora_section(reports):
-    out = [LORA_METHOD]
-    note = absent_note(LORA_FILES, reports)
-    present = [(n, r) for n, r in zip(LORA_FILES, reports) if r]
+def section_head(method, files, reports):
+    """A section's method prose, then the files it is drawn from and a
+    note of those absent; the second value is False when none is present
+    (the section is then only these lines)."""
+    out = [method]
+    note = absent_note(files, reports)
+    present = [n for n, r in zip(files, reports) if r]
     if not present:
-        return "\n".join(out + [note])
-    out.append("From " + " and ".join(f"`{n}`" for n, _ in present) + ".\n")
+        return out + [note], False
+    out.append("From " + " and ".join(f"`{n}`" for n in present) + ".\n")
     if note:
         out.append(note)
+    return out, True
+
+
+def lora_section(reports):
+    out, any_present = section_head(LORA_METHOD, LORA_FILES, reports)
+    if not any_present:
+        return "\n".join(out)
 
     def setting(r):
         c = r["config"]
@@ -624,14 +634,9 @@ def lora_section(reports):
 
 
 def native_section(reports):
-    out = [NATIVE_METHOD]
-    note = absent_note(NATIVE_FILES, reports)
-    present = [(n, r) for n, r in zip(NATIVE_FILES, reports) if r]
-    if not present:
-        return "\n".join(out + [note])
-    out.append("From " + " and ".join(f"`{n}`" for n, _ in present) + ".\n")
-    if note:
-        out.append(note)
+    out, any_present = section_head(NATIVE_METHOD, NATIVE_FILES, reports)
+    if not any_present:
+        return "\n".join(out)
     out.append("GPU and settings: " + per_file(
         NATIVE_FILES, reports,
         lambda r: f"{r['gpu']}, torch {r['torch']}; median (min..max) of "
