@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -84,6 +85,21 @@ class GemmBackend {
   // output is complete. Thread-safe.
   virtual absl::StatusOr<GemmRunInfo> RunBatch(
       absl::Span<const GemmProblem* const> problems, bool on_device);
+
+  // What StartBatch calls once the launch is complete, or has failed.
+  using LaunchDone = absl::AnyInvocable<void(absl::StatusOr<GemmRunInfo>) &&>;
+
+  // RunBatch that may return before the launch is complete: `done` then
+  // runs later on a thread of the backend's (the CUDA backend's for single
+  // products on the device, whose ends it polls), so that the caller can
+  // launch the next product meanwhile. A launch of several products, and
+  // any failure to launch, runs `done` on the calling thread before
+  // StartBatch returns. The problems must outlive `done`'s call. This
+  // default runs RunBatch, then `done`.
+  virtual void StartBatch(absl::Span<const GemmProblem* const> problems,
+                          bool on_device, LaunchDone done) {
+    std::move(done)(RunBatch(problems, on_device));
+  }
 
   // Runs a product list (kernels/gemm_list.h) in order, each product after
   // the previous one is complete, with scratch of the backend's own

@@ -77,9 +77,20 @@ ABSL_FLAG(int, cpu_threads, 0,
           "CPU backend: OpenBLAS threads per product; 0 divides the cores "
           "among --worker_threads.");
 ABSL_FLAG(int, worker_threads, 4,
-          "Threads that run batches (each blocks on one launch at a time; "
-          "on the CUDA backend each has a stream of its own, and waits for "
-          "its kernel on a busy core).");
+          "Threads that launch batches. On the CUDA backend a worker queues "
+          "a single product on a stream of its own and goes on to the next "
+          "while a thread of the backend's notices the product's end and "
+          "answers it (--launch_pipeline); a batch of several, a big "
+          "product and any product on the CPU backend hold their worker "
+          "until they are complete.");
+ABSL_FLAG(int, cuda_streams, 0,
+          "CUDA: products in flight at once per GPU (stream slots, each "
+          "with a cuBLASLt workspace of 32 MiB); more callers wait for a "
+          "free one. 0: four per worker thread.");
+ABSL_FLAG(bool, launch_pipeline, true,
+          "CUDA: a worker queues a single product and goes on to the next "
+          "one while a thread of the backend's polls for its end; false: "
+          "the worker waits for each launch itself.");
 ABSL_FLAG(double, serial_min_gflop_per_sm, 1.0,
           "CUDA: products (or batches) of at least this many GFLOP per SM "
           "of the GPU run one after another on one stream that all workers "
@@ -303,9 +314,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   backend_options.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
-  // One CUDA stream per worker, so that workers never wait for each other.
+  // Workers that do not wait for their products keep several each in
+  // flight.
   backend_options.cuda.streams =
-      std::max(1, absl::GetFlag(FLAGS_worker_threads));
+      absl::GetFlag(FLAGS_cuda_streams) > 0
+          ? absl::GetFlag(FLAGS_cuda_streams)
+          : 4 * std::max(1, absl::GetFlag(FLAGS_worker_threads));
+  backend_options.cuda.pipeline = absl::GetFlag(FLAGS_launch_pipeline);
+  backend_options.cuda.completion_idle_spin =
+      absl::Microseconds(absl::GetFlag(FLAGS_worker_spin_us));
   backend_options.cuda.schedule.serial_min_gflop_per_sm =
       absl::GetFlag(FLAGS_serial_min_gflop_per_sm);
   const std::string stream_order_wait = absl::GetFlag(FLAGS_stream_order_wait);

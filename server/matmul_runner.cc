@@ -37,12 +37,20 @@ absl::Status DeviceLostAnswer() {
 
 }  // namespace
 
+MatmulRunner::~MatmulRunner() {
+  // Launches the backend completes on a thread of its own answer through
+  // this runner.
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](int* outstanding) { return *outstanding == 0; }, &outstanding_));
+}
+
 void MatmulRunner::RunBatch(
     std::vector<std::unique_ptr<PendingProduct>> batch) {
   const absl::Time started = absl::Now();
-  std::vector<PendingProduct*> live;
+  std::vector<std::unique_ptr<PendingProduct>> live;
   live.reserve(batch.size());
-  for (const std::unique_ptr<PendingProduct>& product : batch) {
+  for (std::unique_ptr<PendingProduct>& product : batch) {
     // Answered already by a drain past its grace: nothing to run.
     if (product->in_flight != nullptr && product->in_flight->claimed()) {
       continue;
@@ -53,7 +61,7 @@ void MatmulRunner::RunBatch(
       if (product->in_flight != nullptr) {
         product->in_flight->SetStage(InFlightRequest::Stage::kRunning);
       }
-      live.push_back(product.get());
+      live.push_back(std::move(product));
     }
   }
   if (live.empty()) return;
@@ -62,7 +70,7 @@ void MatmulRunner::RunBatch(
     RunList(*live.front(), started);
     return;
   }
-  RunLaunch(live, started);
+  StartLaunch(std::move(live), started);
 }
 
 absl::Status MatmulRunner::BackendFailure(const absl::Status& status) const {
@@ -154,25 +162,57 @@ void MatmulRunner::RunList(PendingProduct& product, absl::Time started) {
        .answer_seconds = absl::ToDoubleSeconds(answered - ran)});
 }
 
-void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
-                             absl::Time started) {
+void MatmulRunner::StartLaunch(
+    std::vector<std::unique_ptr<PendingProduct>> live, absl::Time started) {
   std::vector<const GemmProblem*> problems;
   problems.reserve(live.size());
-  for (const PendingProduct* product : live) {
+  for (const std::unique_ptr<PendingProduct>& product : live) {
     problems.push_back(&product->operands->problem());
   }
   // One batch key means one residency: all in place or all staged.
   const bool on_device = live.front()->operands->on_device();
+  // Held by the completion, and by this call until its last use of the
+  // runner.
+  {
+    absl::MutexLock lock(&mu_);
+    outstanding_ += 2;
+  }
   const absl::Time launched = absl::Now();
-  absl::StatusOr<GemmRunInfo> run = backend_.RunBatch(problems, on_device);
+  // The products move into the completion, which may run on a thread of
+  // the backend's once the launch is complete.
+  backend_.StartBatch(problems, on_device,
+                      [this, live = std::move(live), started,
+                       launched](absl::StatusOr<GemmRunInfo> run) mutable {
+                        FinishLaunch(live, started, launched, std::move(run));
+                        absl::MutexLock lock(&mu_);
+                        --outstanding_;
+                      });
+  metrics_.RecordWorkerSeconds(device_label_,
+                               absl::ToDoubleSeconds(absl::Now() - launched));
+  absl::MutexLock lock(&mu_);
+  --outstanding_;
+}
+
+void MatmulRunner::FinishLaunch(
+    std::vector<std::unique_ptr<PendingProduct>>& live, absl::Time started,
+    absl::Time launched, absl::StatusOr<GemmRunInfo> run) {
   const absl::Time ran = absl::Now();
   if (!run.ok() && IsDeviceLost(run.status())) {
-    DeviceLost(live, run.status());
+    std::vector<PendingProduct*> products;
+    for (const std::unique_ptr<PendingProduct>& product : live) {
+      products.push_back(product.get());
+    }
+    DeviceLost(products, run.status());
     return;
   }
+  // A launch of several completes on the thread that started it
+  // (GemmBackend::StartBatch), so these retries start from a worker.
   if (!run.ok() && live.size() > 1) {
-    for (PendingProduct* product : live) {
-      if (!AnswerIfStale(*product, absl::Now())) RunLaunch({product}, started);
+    for (std::unique_ptr<PendingProduct>& product : live) {
+      if (AnswerIfStale(*product, absl::Now())) continue;
+      std::vector<std::unique_ptr<PendingProduct>> one;
+      one.push_back(std::move(product));
+      StartLaunch(std::move(one), started);
     }
     return;
   }
@@ -188,10 +228,10 @@ void MatmulRunner::RunLaunch(const std::vector<PendingProduct*>& live,
   std::vector<RequestRecord> records;
   records.reserve(live.size());
   double launch_flops = 0.0;
-  for (const PendingProduct* product : live) {
+  for (const std::unique_ptr<PendingProduct>& product : live) {
     launch_flops += product->plan.problem.flops();
   }
-  for (PendingProduct* product : live) {
+  for (std::unique_ptr<PendingProduct>& product : live) {
     // A region whose segment shrank while the product ran may have fed it
     // zeros, or swallowed its result.
     if (absl::Status intact = product->operands->CheckRegionsIntact();

@@ -1,8 +1,9 @@
-// Runs one batch of pending products on the calling (worker) thread: drops
-// those whose deadline passed or whose call was cancelled while they
-// queued, runs the rest as one launch (GemmBackend::RunBatch), fills each
-// response (result, timings, kernel, batch size), records the metrics and
-// answers every call. Knows nothing of gRPC reactors.
+// Runs one batch of pending products: drops those whose deadline passed or
+// whose call was cancelled while they queued, starts the rest as one launch
+// from the calling (worker) thread (GemmBackend::StartBatch), and once the
+// launch is complete, on whichever thread the backend completes it, fills
+// each response (result, timings, kernel, batch size), records the metrics
+// and answers every call. Knows nothing of gRPC reactors.
 #ifndef MATMUL_SERVER_MATMUL_RUNNER_H_
 #define MATMUL_SERVER_MATMUL_RUNNER_H_
 
@@ -12,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "kernels/gemm_backend.h"
 #include "server/metrics/metrics.h"
 #include "server/pending_product.h"
@@ -35,15 +38,25 @@ class MatmulRunner {
         device_label_(ServerMetrics::DeviceLabel(backend)),
         on_device_lost_(std::move(on_device_lost)) {}
 
+  // Waits for the launches still completing.
+  ~MatmulRunner();
+
   // Every product of `batch` shares one batch key. Each one's `finish` has
-  // run when this returns. Thread-safe.
+  // run when this returns, or runs when the backend completes the launch.
+  // Thread-safe.
   void RunBatch(std::vector<std::unique_ptr<PendingProduct>> batch);
 
  private:
-  // Runs `live` as one launch and answers each; when a launch of several
-  // fails, retries them one by one so that one bad product cannot fail
-  // the others.
-  void RunLaunch(const std::vector<PendingProduct*>& live, absl::Time started);
+  // Starts `live` as one launch; FinishLaunch answers each once it is
+  // complete.
+  void StartLaunch(std::vector<std::unique_ptr<PendingProduct>> live,
+                   absl::Time started);
+  // Answers each of `live` with the launch's outcome; when a launch of
+  // several failed, retries them one by one so that one bad product cannot
+  // fail the others.
+  void FinishLaunch(std::vector<std::unique_ptr<PendingProduct>>& live,
+                    absl::Time started, absl::Time launched,
+                    absl::StatusOr<GemmRunInfo> run);
   // Runs a product list (PendingProduct::list) and answers it.
   void RunList(PendingProduct& product, absl::Time started);
   // The backend's failure as answered: "<backend> backend: <message>".
@@ -65,6 +78,10 @@ class MatmulRunner {
   const std::string device_label_;
   const DeviceLostCallback on_device_lost_;
   std::atomic<bool> device_lost_{false};
+  absl::Mutex mu_;
+  // Launches started and not yet answered, and StartLaunch calls under
+  // way.
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace matmul

@@ -4,8 +4,10 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "client/request_builder.h"
 #include "common/gemm/reference_gemm.h"
 #include "gmock/gmock.h"
@@ -43,11 +45,43 @@ class FakeBackend final : public GemmBackend {
     return run;
   }
 
+  // With `defer`, a launch of one product completes only when the test
+  // calls CompleteDeferred, as a GPU backend's completion thread would.
+  void StartBatch(absl::Span<const GemmProblem* const> problems, bool on_device,
+                  LaunchDone done) override {
+    if (!defer || problems.size() != 1) {
+      GemmBackend::StartBatch(problems, on_device, std::move(done));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    deferred_.push_back({problems.front(), on_device, std::move(done)});
+  }
+  // Runs the deferred launches and their completions on this thread.
+  void CompleteDeferred() {
+    std::vector<Deferred> deferred;
+    {
+      absl::MutexLock lock(&mu_);
+      deferred.swap(deferred_);
+    }
+    for (Deferred& launch : deferred) {
+      const GemmProblem* one[] = {launch.problem};
+      std::move(launch.done)(RunBatch(one, launch.on_device));
+    }
+  }
+
   std::vector<int> launches;  // products per launch
   absl::Status failure = absl::InternalError("poisoned");
+  bool defer = false;
 
  private:
+  struct Deferred {
+    const GemmProblem* problem;
+    bool on_device;
+    LaunchDone done;
+  };
   std::unique_ptr<GemmBackend> cpu_ = CpuBackend::Create(1);
+  absl::Mutex mu_;
+  std::vector<Deferred> deferred_ ABSL_GUARDED_BY(mu_);
 };
 
 // A product's request, its answer, and what its call was answered with.
@@ -140,6 +174,37 @@ TEST_F(MatmulRunnerTest, RunsTheBatchAsOneLaunchAndAnswersEach) {
     EXPECT_THAT(call.response.c().shape(), ::testing::ElementsAre(m_, n_));
     EXPECT_LT(Error(call), 1e-2);
   }
+}
+
+TEST_F(MatmulRunnerTest, ALaunchCompletedOnAnotherThreadIsAnsweredThen) {
+  backend_.defer = true;
+  auto runner = std::make_unique<MatmulRunner>(backend_, *metrics_, 0);
+  std::unique_ptr<Call> call = NewCall(1);
+  std::vector<std::unique_ptr<PendingProduct>> batch;
+  batch.push_back(Pending(*call));
+  runner->RunBatch(std::move(batch));
+  EXPECT_FALSE(call->status.has_value()) << "answered before it completed";
+  std::thread completer([this] { backend_.CompleteDeferred(); });
+  completer.join();
+  ASSERT_TRUE(call->status.has_value());
+  ASSERT_TRUE(call->status->ok()) << *call->status;
+  EXPECT_EQ(call->response.kernel(), "fake-kernel");
+  EXPECT_LT(Error(*call), 1e-2);
+
+  // The runner's destructor waits for a launch still completing.
+  std::unique_ptr<Call> last = NewCall(2);
+  batch.clear();
+  batch.push_back(Pending(*last));
+  runner->RunBatch(std::move(batch));
+  completer = std::thread([this] {
+    absl::SleepFor(absl::Milliseconds(50));
+    backend_.CompleteDeferred();
+  });
+  runner.reset();
+  EXPECT_TRUE(last->status.has_value()) << "the runner went first";
+  completer.join();
+  ASSERT_TRUE(last->status.has_value());
+  EXPECT_TRUE(last->status->ok()) << *last->status;
 }
 
 TEST_F(MatmulRunnerTest, StaleProductsAreAnsweredWithoutRunning) {

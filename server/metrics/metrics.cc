@@ -198,9 +198,18 @@ ServerMetrics::ServerMetrics(int max_shapes)
       launch_duration_family_(
           prometheus::BuildHistogram()
               .Name("matmul_launch_duration_seconds")
-              .Help("Wall time of one launch on its worker: staging, copies, "
-                    "kernel and synchronisation (the kernel alone is "
+              .Help("Wall time of one launch, from its start on a worker "
+                    "to its end noticed: staging, copies, kernel and "
+                    "synchronisation (the kernel alone is "
                     "matmul_kernel_duration_seconds)")
+              .Register(*registry_)),
+      worker_duration_family_(
+          prometheus::BuildHistogram()
+              .Name("matmul_launch_worker_duration_seconds")
+              .Help("Time one launch held its worker: until it was queued "
+                    "on the GPU where the daemon notices its end on another "
+                    "thread (single products on a GPU), until it was "
+                    "complete otherwise")
               .Register(*registry_)),
       answer_duration_family_(
           prometheus::BuildHistogram()
@@ -343,6 +352,7 @@ ServerMetrics::DeviceSeries* ServerMetrics::FindDevice(
   DeviceSeries series{
       &batch_size_family_.Add(labels, BatchBuckets()),
       &launch_duration_family_.Add(labels, FineDurationBuckets()),
+      &worker_duration_family_.Add(labels, FineDurationBuckets()),
       &answer_duration_family_.Add(labels, FineDurationBuckets()),
       {},
       {}};
@@ -404,6 +414,12 @@ void ServerMetrics::RecordLaunch(const std::string& device,
   device_series.answer_duration->Observe(launch.answer_seconds);
   SeriesFor(device_series, device, ShapeLabel(shape))
       .kernel_duration->Observe(launch.kernel_seconds);
+}
+
+void ServerMetrics::RecordWorkerSeconds(const std::string& device,
+                                        double seconds) {
+  absl::MutexLock lock(&mu_);
+  FindDevice(device)->worker_duration->Observe(seconds);
 }
 
 void ServerMetrics::CountRequest(const std::string& shape,

@@ -110,13 +110,18 @@ class ServerMetrics {
   struct LaunchRecord {
     int batch_size = 1;
     double kernel_seconds = 0.0;
-    // The launch on its worker: staging, copies, kernel, synchronisation.
+    // From the launch's start on its worker to its end noticed: staging,
+    // copies, kernel, synchronisation.
     double launch_seconds = 0.0;
     // From the launch's end to the last of its requests answered.
     double answer_seconds = 0.0;
   };
   void RecordLaunch(const std::string& device, const std::string& shape,
                     const LaunchRecord& launch);
+  // How long one launch on `device` held its worker (less than its
+  // launch_seconds where the backend notices the end on a thread of its
+  // own).
+  void RecordWorkerSeconds(const std::string& device, double seconds);
   // Any request that ended with `code` (OK included): matmul_requests_total.
   // `shape` is empty for a request rejected before it had one.
   void CountRequest(const std::string& shape, absl::StatusCode code);
@@ -161,6 +166,7 @@ class ServerMetrics {
   struct DeviceSeries {
     prometheus::Histogram* batch_size;
     prometheus::Histogram* launch_duration;
+    prometheus::Histogram* worker_duration;
     prometheus::Histogram* answer_duration;
     // By shape label; by "shape|kernel".
     absl::flat_hash_map<std::string, ShapeSeries> shapes;
@@ -197,6 +203,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& kernel_seconds_family_;
   prometheus::Family<prometheus::Histogram>& batch_size_family_;
   prometheus::Family<prometheus::Histogram>& launch_duration_family_;
+  prometheus::Family<prometheus::Histogram>& worker_duration_family_;
   prometheus::Family<prometheus::Histogram>& answer_duration_family_;
   prometheus::Family<prometheus::Gauge>& device_info_family_;
   prometheus::Family<prometheus::Gauge>& mps_client_family_;

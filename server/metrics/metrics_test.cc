@@ -56,6 +56,7 @@ TEST(ServerMetricsTest, EveryFamilyHasItsType) {
       {"matmul_kernel_duration_seconds", "histogram"},
       {"matmul_batch_size", "histogram"},
       {"matmul_launch_duration_seconds", "histogram"},
+      {"matmul_launch_worker_duration_seconds", "histogram"},
       {"matmul_answer_duration_seconds", "histogram"},
       {"matmul_build_info", "gauge"},
       {"matmul_device_info", "gauge"},

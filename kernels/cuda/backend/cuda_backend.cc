@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -78,9 +81,17 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
       selector_(std::move(selector)),
       slots_(std::move(slots)),
       schedule_(std::move(schedule)),
-      driver_api_(LoadCudaDriverApi()) {}
+      driver_api_(LoadCudaDriverApi()) {
+  CompletionPollerOptions poller;
+  poller.idle_spin = options_.completion_idle_spin;
+  const int device = options_.device;
+  completions_ = std::make_unique<CompletionPoller>(
+      poller, [device] { (void)cudaSetDevice(device); });
+}
 
 CudaBackend::~CudaBackend() {
+  // Products still queued end and give their slots back first.
+  completions_.reset();
   // Stop background tuning (whose guard holds the slots) before the slots,
   // buffers and streams go away.
   selector_.reset();
@@ -158,6 +169,113 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
   ASSIGN_OR_RETURN(const bool wait_on_gpu, AwaitClientStream(p));
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
   return RunOneOnSlot(p, lease.slot(), wait_on_gpu);
+}
+
+void CudaBackend::StartBatch(absl::Span<const GemmProblem* const> problems,
+                             bool on_device, LaunchDone done) {
+  if (!options_.pipeline || !on_device || problems.size() != 1 ||
+      schedule_->RunsSerially(*problems.front())) {
+    std::move(done)(RunBatch(problems, on_device));
+    return;
+  }
+  if (absl::Status status = StartOne(*problems.front(), done); !status.ok()) {
+    std::move(done)(std::move(status));
+  }
+}
+
+namespace {
+
+// A product StartOne queued, until the completion poller has seen it end.
+struct QueuedProduct {
+  QueuedProduct(StreamSlotLease lease, const GemmProblem& problem)
+      : lease(std::move(lease)), problem(&problem) {}
+  StreamSlotLease lease;
+  const GemmProblem* problem;
+  std::optional<KernelOperands> operands;
+  std::string kernel;
+  // Set when the product waits for its client's stream on the GPU.
+  std::optional<QueuedWaitWatch> watch;
+  GemmBackend::LaunchDone done;
+};
+
+}  // namespace
+
+absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
+  RETURN_IF_ERROR(ValidateForCuda(p));
+  ASSIGN_OR_RETURN(const bool wait_on_gpu, AwaitClientStream(p));
+  ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
+  auto owned = std::make_unique<QueuedProduct>(std::move(lease), p);
+  QueuedProduct* queued = owned.get();
+  StreamSlot& slot = queued->lease.slot();
+  cudaStream_t stream = slot.stream.get();
+  const GemmProblem* one[] = {&p};
+  const bool ordered = p.stream_order != nullptr;
+  // As RunOneOnSlot queues it: the wait for the client's stream (before
+  // the gathers, which read its operands too), the gathers, the product
+  // between the slot's events, the scatter of C, the signal.
+  auto queue = [&]() -> absl::Status {
+    if (wait_on_gpu) {
+      RETURN_IF_ERROR(QueueClientWaits(*driver_api_, one, stream));
+      queued->watch.emplace(one, absl::Now());
+    }
+    ASSIGN_OR_RETURN(KernelOperands operands,
+                     KernelOperands::Gather(p, stream));
+    queued->operands.emplace(std::move(operands));
+    ASSIGN_OR_RETURN(queued->kernel,
+                     schedule_->QueueTimed(queued->operands->problem(), slot));
+    RETURN_IF_ERROR(queued->operands->ScatterC(stream));
+    if (ordered && driver_api_.ok()) {
+      RETURN_IF_ERROR(QueueClientSignals(*driver_api_, one, stream));
+    }
+    return absl::OkStatus();
+  };
+  const absl::Status status = queue();
+  if (ordered) p.stream_order->launch.MarkLaunched();
+  if (!status.ok()) {
+    // The slot goes back to the pool: its stream must not keep waiting for
+    // a client stream that may never get there.
+    if (wait_on_gpu) ReleaseQueuedWaits(one);
+    return status;
+  }
+  queued->done = std::move(done);
+  queued->lease.RestoreDevice();
+  completions_->Add(
+      {.ready =
+           // Called only until complete runs.
+       [queued] {
+         if (cudaStreamQuery(queued->lease.slot().stream.get()) !=
+             cudaErrorNotReady) {
+           return true;
+         }
+         if (queued->watch) queued->watch->Check(absl::Now());
+         return false;
+       },
+       .complete =
+           [owned = std::move(owned)]() mutable {
+             QueuedProduct* queued = owned.get();
+             StreamSlot& slot = queued->lease.slot();
+             const GemmProblem* one[] = {queued->problem};
+             auto finish = [&]() -> absl::StatusOr<GemmRunInfo> {
+               // A client given up on: its product ran, unasked for.
+               if (queued->watch) RETURN_IF_ERROR(queued->watch->status());
+               RETURN_IF_ERROR(slot.stream.Synchronize());  // its error
+               RETURN_IF_ERROR(queued->operands->Release(slot.stream.get()));
+               GemmRunInfo info;
+               info.kernel = queued->kernel;
+               ASSIGN_OR_RETURN(
+                   info.kernel_seconds,
+                   CudaEvent::ElapsedSeconds(slot.start, slot.stop));
+               StoreClientSignals(one);
+               return info;
+             };
+             absl::StatusOr<GemmRunInfo> info = finish();
+             LaunchDone done = std::move(queued->done);
+             // The slot is free before the answer goes out: the client's
+             // next product may need it.
+             owned.reset();
+             std::move(done)(std::move(info));
+           }});
+  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> CudaBackend::AwaitClientStream(const GemmProblem& p) {

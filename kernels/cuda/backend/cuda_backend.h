@@ -41,6 +41,7 @@
 #include "common/cuda_driver_api.h"
 #include "common/gemm/gemm_problem.h"
 #include "kernels/cuda/backend/cuda_backend_options.h"
+#include "kernels/cuda/backend/internal/completion_poller.h"
 #include "kernels/cuda/backend/internal/product_schedule.h"
 #include "kernels/cuda/backend/internal/stream_slots.h"
 #include "kernels/cuda/backend/internal/validate_problem.h"
@@ -76,6 +77,15 @@ class CudaBackend : public GemmBackend {
   absl::StatusOr<GemmRunInfo> RunBatch(
       absl::Span<const GemmProblem* const> problems, bool on_device) override;
 
+  // See GemmBackend::StartBatch. A single product on the device that does
+  // not run on the shared serial stream is queued (after any wait for its
+  // client's stream on the CPU, as RunDevice would) and left to the
+  // completion poller, which notices its stream's end and runs `done`;
+  // the slot stays the product's until then. Everything else runs as
+  // RunBatch, on the calling thread.
+  void StartBatch(absl::Span<const GemmProblem* const> problems, bool on_device,
+                  LaunchDone done) override;
+
   // See GemmBackend::RunList. On the device, the products are queued back
   // to back on one stream slot, with the list's scratch in the slot's
   // buffer, timed as a whole by one event pair (each product's share by
@@ -106,6 +116,9 @@ class CudaBackend : public GemmBackend {
   // (the caller waits before it takes the slot).
   absl::StatusOr<GemmRunInfo> RunOneOnSlot(const GemmProblem& problem,
                                            StreamSlot& slot, bool wait_on_gpu);
+  // StartBatch's queued path; moves from `done` only when it queued the
+  // product, and returns why it did not otherwise.
+  absl::Status StartOne(const GemmProblem& problem, LaunchDone& done);
   // Several products of one BatchKey as one pointer-array launch.
   absl::StatusOr<GemmRunInfo> RunCombined(const CombinedProblem& combined,
                                           StreamSlot& slot);
@@ -149,6 +162,8 @@ class CudaBackend : public GemmBackend {
 
   // Device memory held back by test_only_memory_headroom_bytes.
   DeviceBuffer test_only_ballast_;
+  // Notices the ends of StartBatch's queued products; destroyed first.
+  std::unique_ptr<CompletionPoller> completions_;
 };
 
 // The factory the daemon calls for --backend=cuda|auto.

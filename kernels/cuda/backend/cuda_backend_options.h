@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "absl/time/time.h"
 #include "kernels/cuda/backend/internal/schedule_options.h"
 #include "kernels/cuda/selector/selector_options.h"
 
@@ -23,6 +24,13 @@ struct CudaBackendOptions {
   // queued on the GPU instead of on a worker's CPU (client_stream_order.h
   // weighs the two); needs the driver's stream memory operations.
   bool stream_order_waits_on_gpu = false;
+  // Single products on the device are queued and their ends noticed by a
+  // thread of the backend's, so that the caller (a worker) launches the
+  // next meanwhile (StartBatch); false: every launch waits on its caller.
+  bool pipeline = true;
+  // How long that thread polls for new launches before it sleeps, at most
+  // (adaptive_spin.h).
+  absl::Duration completion_idle_spin = absl::Milliseconds(1);
   // TEST ONLY, for the out-of-memory path: once set up, the backend takes
   // all but this many bytes of the device's free memory and holds them, so
   // that a product whose staging needs more really fails in cudaMalloc.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/bf16.h"
 #include "common/gemm/reference_gemm.h"
 #include "gtest/gtest.h"
@@ -361,6 +362,96 @@ TEST_F(CudaBackendTest, RandomDeviceCases) {
     CheckDevice(::matmul::cuda::testing::RandomSpec(rng_, 160, true, true));
     if (HasFatalFailure()) return;
   }
+}
+
+// StartBatch's pipeline: single device products queued back to back from
+// one thread, more of them than there are slots, each answered on the
+// completion poller's thread once its output is complete; a batch of two
+// and a staged product complete on the calling thread.
+TEST_F(CudaBackendTest, StartBatchCompletesQueuedProductsOffTheCaller) {
+  CudaBackendOptions options;
+  options.selector.background_tuning = false;
+  options.streams = 3;
+  auto backend = CudaBackend::Create(options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  constexpr int kProducts = 24;
+  std::vector<::matmul::cuda::testing::HostProblem> hosts;
+  std::vector<::matmul::cuda::testing::DeviceProblem> devices;
+  for (int i = 0; i < kProducts; ++i) {
+    hosts.push_back(MakeHostProblem(
+        ::matmul::cuda::testing::RandomSpec(rng_, 300, true, false), rng_));
+    auto device = ::matmul::cuda::testing::Upload(hosts.back());
+    ASSERT_TRUE(device.ok()) << device.status();
+    devices.push_back(*std::move(device));
+  }
+  const std::thread::id caller = std::this_thread::get_id();
+  absl::Mutex mu;
+  int answered = 0;
+  int on_caller = 0;
+  std::vector<absl::StatusOr<GemmRunInfo>> runs(kProducts);
+  for (int i = 0; i < kProducts; ++i) {
+    const GemmProblem* one[] = {&devices[i].problem};
+    (*backend)->StartBatch(one, /*on_device=*/true,
+                           [&, i](absl::StatusOr<GemmRunInfo> run) {
+                             absl::MutexLock lock(&mu);
+                             runs[i] = std::move(run);
+                             if (std::this_thread::get_id() == caller)
+                               ++on_caller;
+                             ++answered;
+                           });
+  }
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_TRUE(mu.AwaitWithTimeout(
+        absl::Condition(
+            +[](int* n) { return *n == kProducts; }, &answered),
+        absl::Seconds(60)));
+    // A product strided on every operand is gathered and scattered on
+    // the slot's stream, and queued all the same.
+    EXPECT_EQ(on_caller, 0);
+  }
+  for (int i = 0; i < kProducts; ++i) {
+    SCOPED_TRACE(hosts[i].spec.Name());
+    ASSERT_TRUE(runs[i].ok()) << runs[i].status();
+    EXPECT_GT(runs[i]->kernel_seconds, 0.0);
+    ASSERT_TRUE(::matmul::cuda::testing::Download(devices[i], hosts[i]).ok());
+    EXPECT_LT(::matmul::cuda::testing::CheckError(hosts[i]), 1e-2);
+    EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
+  }
+
+  // Two products of one shape: one launch, complete before the return.
+  ProblemSpec spec;
+  spec.m = 64;
+  spec.n = 96;
+  spec.k = 128;
+  auto first = MakeHostProblem(spec, rng_);
+  auto second = MakeHostProblem(spec, rng_);
+  auto first_device = ::matmul::cuda::testing::Upload(first);
+  auto second_device = ::matmul::cuda::testing::Upload(second);
+  ASSERT_TRUE(first_device.ok() && second_device.ok());
+  const GemmProblem* two[] = {&first_device->problem, &second_device->problem};
+  bool ran_here = false;
+  (*backend)->StartBatch(two, /*on_device=*/true,
+                         [&](absl::StatusOr<GemmRunInfo> run) {
+                           EXPECT_TRUE(run.ok()) << run.status();
+                           ran_here = std::this_thread::get_id() == caller;
+                         });
+  EXPECT_TRUE(ran_here);
+  ASSERT_TRUE(::matmul::cuda::testing::Download(*first_device, first).ok());
+  ASSERT_TRUE(::matmul::cuda::testing::Download(*second_device, second).ok());
+  EXPECT_LT(::matmul::cuda::testing::CheckError(first), 1e-2);
+  EXPECT_LT(::matmul::cuda::testing::CheckError(second), 1e-2);
+
+  auto staged = MakeHostProblem(spec, rng_);
+  const GemmProblem* host_one[] = {&staged.problem};
+  ran_here = false;
+  (*backend)->StartBatch(host_one, /*on_device=*/false,
+                         [&](absl::StatusOr<GemmRunInfo> run) {
+                           EXPECT_TRUE(run.ok()) << run.status();
+                           ran_here = std::this_thread::get_id() == caller;
+                         });
+  EXPECT_TRUE(ran_here);
+  EXPECT_LT(::matmul::cuda::testing::CheckError(staged), 1e-2);
 }
 
 TEST_F(CudaBackendTest, SeedShapeThroughRunHost) {

@@ -103,25 +103,32 @@ void ReleaseQueuedWaits(absl::Span<const GemmProblem* const> problems) {
   }
 }
 
+QueuedWaitWatch::QueuedWaitWatch(absl::Span<const GemmProblem* const> problems,
+                                 absl::Time start)
+    : problems_(problems.begin(), problems.end()),
+      next_check_(start + kGiveUpPeriod) {}
+
+void QueuedWaitWatch::Check(absl::Time now) {
+  if (!status_.ok() || now < next_check_ || AllReached(problems_)) return;
+  status_ = GiveUpStatus(problems_);
+  next_check_ = now + kGiveUpPeriod;
+  if (!status_.ok()) ReleaseQueuedWaits(problems_);
+}
+
 absl::Status AwaitQueuedWaits(absl::Span<const GemmProblem* const> problems,
                               const std::function<bool()>& done) {
-  absl::Status status;
   const absl::Time start = absl::Now();
-  absl::Time next_check = start + kGiveUpPeriod;
+  QueuedWaitWatch watch(problems, start);
   while (!done()) {
     const absl::Time now = absl::Now();
-    if (status.ok() && now >= next_check && !AllReached(problems)) {
-      status = GiveUpStatus(problems);
-      next_check = now + kGiveUpPeriod;
-      if (!status.ok()) ReleaseQueuedWaits(problems);
-    }
+    watch.Check(now);
     if (now - start < kSpin) {
       for (int i = 0; i < 64; ++i) ring::CpuRelax();
     } else {
       absl::SleepFor(kSleep);
     }
   }
-  return status;
+  return watch.status();
 }
 
 absl::Status QueueClientSignals(const CudaDriverApi& api,

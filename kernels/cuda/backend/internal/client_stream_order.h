@@ -25,8 +25,10 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/cuda_driver_api.h"
 #include "common/gemm/gemm_problem.h"
@@ -60,6 +62,23 @@ void ReleaseQueuedWaits(absl::Span<const GemmProblem* const> problems);
 // and is returned once done() is true.
 absl::Status AwaitQueuedWaits(absl::Span<const GemmProblem* const> problems,
                               const std::function<bool()>& done);
+
+// AwaitQueuedWaits's give-up checks for a caller that polls done() itself
+// (completion_poller.h): Check asks give_up now and then while a wait word
+// has not reached its value, and its first non-OK status releases the
+// queued waits and stays in status().
+class QueuedWaitWatch {
+ public:
+  QueuedWaitWatch(absl::Span<const GemmProblem* const> problems,
+                  absl::Time start);
+  void Check(absl::Time now);
+  const absl::Status& status() const { return status_; }
+
+ private:
+  std::vector<const GemmProblem*> problems_;
+  absl::Time next_check_;
+  absl::Status status_;
+};
 
 // Queues on `stream` the write of every signal word.
 absl::Status QueueClientSignals(const CudaDriverApi& api,

@@ -43,6 +43,22 @@ absl::StatusOr<std::string> ProductSchedule::Queue(const GemmProblem& problem,
   return choice.name;
 }
 
+absl::Status ProductSchedule::LaunchBetweenEvents(const KernelChoice& choice,
+                                                  const GemmProblem& problem,
+                                                  StreamSlot& slot) {
+  cudaStream_t stream = slot.stream.get();
+  RETURN_IF_ERROR(slot.start.Record(stream));
+  RETURN_IF_ERROR(LaunchProduct(choice, problem, stream, slot.workspace));
+  return slot.stop.Record(stream);
+}
+
+absl::StatusOr<std::string> ProductSchedule::QueueTimed(
+    const GemmProblem& problem, StreamSlot& slot) {
+  ASSIGN_OR_RETURN(KernelChoice choice, selector_.Resolve(problem));
+  RETURN_IF_ERROR(LaunchBetweenEvents(choice, problem, slot));
+  return choice.name;
+}
+
 absl::StatusOr<GemmRunInfo> ProductSchedule::RunTimed(
     const GemmProblem& problem, StreamSlot& slot, bool after_slot_work,
     const AfterProduct& then, const QueuedWait* wait, const Queued& queued) {
@@ -53,9 +69,7 @@ absl::StatusOr<GemmRunInfo> ProductSchedule::RunTimed(
     return RunSerial(choice, problem, slot, after_slot_work, then, queued);
   }
   cudaStream_t stream = slot.stream.get();
-  RETURN_IF_ERROR(slot.start.Record(stream));
-  RETURN_IF_ERROR(LaunchProduct(choice, problem, stream, slot.workspace));
-  RETURN_IF_ERROR(slot.stop.Record(stream));
+  RETURN_IF_ERROR(LaunchBetweenEvents(choice, problem, slot));
   if (then) RETURN_IF_ERROR(then(stream));
   if (queued) queued();
   if (wait != nullptr) {

@@ -63,6 +63,14 @@ class ProductSchedule {
   absl::StatusOr<std::string> Queue(const GemmProblem& problem,
                                     StreamSlot& slot);
 
+  // Queues `problem` (device pointers, unit-stride layouts) on the slot's
+  // stream between the slot's start and stop events, with the kernel the
+  // selector resolves for it, and returns that kernel's name without
+  // waiting: the caller notices the end (CudaBackend::StartBatch). Not
+  // for products that RunsSerially: their order is the shared stream's.
+  absl::StatusOr<std::string> QueueTimed(const GemmProblem& problem,
+                                         StreamSlot& slot);
+
   // Runs `problem` (device pointers, unit-stride layouts) with the kernel
   // the selector resolves for it, timed with CUDA events, and waits for
   // it: on the slot's stream, or on the shared one when RunsSerially.
@@ -92,6 +100,10 @@ class ProductSchedule {
                                         StreamSlot& slot, bool after_slot_work,
                                         const AfterProduct& then,
                                         const Queued& queued);
+  // Records the slot's start event, queues the kernel, records its stop.
+  absl::Status LaunchBetweenEvents(const KernelChoice& choice,
+                                   const GemmProblem& problem,
+                                   StreamSlot& slot);
   // Queues `choice`'s kernel for `problem` on `stream` (or, at the launch
   // options_.test_only_inject_fault_after names, the out-of-range write).
   absl::Status LaunchProduct(const KernelChoice& choice,

@@ -49,15 +49,20 @@ class StreamSlotLease {
   ~StreamSlotLease();
 
   StreamSlot& slot() const { return *slot_; }
+  // Restores the calling thread's device now, before the lease moves to
+  // the thread that gives the slot back (CudaBackend::StartBatch).
+  void RestoreDevice() { scoped_.reset(); }
 
  private:
   friend class StreamSlotPool;
   StreamSlotLease(StreamSlotPool& pool, StreamSlot* slot, ScopedDevice scoped)
-      : pool_(&pool), slot_(slot), scoped_(std::move(scoped)) {}
+      : pool_(&pool), slot_(slot) {
+    scoped_.emplace(std::move(scoped));
+  }
 
   StreamSlotPool* pool_;
   StreamSlot* slot_;
-  ScopedDevice scoped_;
+  std::optional<ScopedDevice> scoped_;
 };
 
 class StreamSlotPool {
