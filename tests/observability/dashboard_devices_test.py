@@ -9,6 +9,7 @@ given its expected values below.
 Usage: dashboard_devices_test.py DASHBOARD_JSON PROMTOOL
 """
 import json
+import math
 import os
 import subprocess
 import sys
@@ -28,7 +29,7 @@ DCGM_VALUES = {  # metric -> {device: value}
 }
 FLOPS_PER_S = {"0": 6e12, "1": 2e12}
 REQUESTS_PER_S = {"0": 300, "1": 100}
-BATCH_SIZE_MEAN = {"0": 2, "1": 4}
+BATCH_SIZE_MEAN = {"0": 1, "1": 4}
 MEMORY_USED = {"0": 20e9, "1": 10e9}
 MEMORY_TOTAL = 141e9
 
@@ -87,8 +88,11 @@ def raw(values):
 
 
 def p90(mean):
-    # Every launch in the bucket (mean/2, mean]: linear interpolation.
-    return mean / 2 + mean / 2 * 0.9
+    # Every launch in the bucket (mean/2, mean], or (0, 1] for launches of
+    # one: linear interpolation, rounded up to a whole batch by the panel
+    # (launches of one alone would read 0.9).
+    lower = 0 if mean == 1 else mean / 2
+    return math.ceil(lower + (mean - lower) * 0.9)
 
 
 # (panel title, legend) -> [(labels, value)] per device.
