@@ -7,23 +7,32 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/gemm/shape_name.h"
+#include "common/gemm/stream_order.h"
 #include "kernels/gemm_batch.h"
 #include "server/pending_product.h"
 
 namespace matmul {
 
-BatchPlacement PlaceInBatches(const BoundOperands& operands,
+BatchPlacement PlaceInBatches(const GemmProblem& problem, bool on_device,
                               const GemmBackend& backend,
                               bool signals_client_stream) {
   BatchPlacement placement;
-  placement.key = absl::StrCat(BatchKey(operands.problem()),
-                               operands.on_device() ? "|device" : "|staged");
+  placement.key =
+      absl::StrCat(BatchKey(problem), on_device ? "|device" : "|staged");
   if (signals_client_stream) {
     placement.key += "|ordered";
-    placement.max_batch = 1;
-    return placement;
+    const StreamOrder* order = problem.stream_order;
+    const bool reached =
+        order != nullptr &&
+        WordReached(order->wait_host->load(std::memory_order_acquire),
+                    order->wait_value);
+    if (!reached) {
+      placement.key += "|waiting";
+      placement.max_batch = 1;
+      return placement;
+    }
   }
-  placement.max_batch = backend.MaxUsefulBatch(operands.problem());
+  placement.max_batch = backend.MaxUsefulBatch(problem);
   // Products the backend runs alone queue apart: a key's first product
   // sets its batches' cap, and the batch count (not in BatchKey) can
   // change it.
@@ -225,7 +234,8 @@ void ProductAdmission::Submit(CallControl control,
   const BatchPlacement placement =
       is_list
           ? BatchPlacement{.key = "list", .max_batch = 1}
-          : PlaceInBatches(*product->operands, *(*lane)->backend,
+          : PlaceInBatches(product->operands->problem(),
+                           product->operands->on_device(), *(*lane)->backend,
                            stream_ordered && request->stream_order().signal());
   // Submit moves from `product` only when it accepts it.
   if (absl::Status refusal = (*lane)->executor->Submit(
