@@ -288,6 +288,16 @@ absl::StatusOr<v1::UnregisterRegionResponse> Client::UnregisterRegion(
   return response;
 }
 
+absl::StatusOr<v1::ShareRegionResponse> Client::ShareRegion(
+    const v1::ShareRegionRequest& request, absl::Duration timeout) {
+  grpc::ClientContext context;
+  PrepareContext(context, timeout);
+  v1::ShareRegionResponse response;
+  grpc::Status status = stub_->ShareRegion(&context, request, &response);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
 absl::StatusOr<v1::ListRegionsResponse> Client::ListRegions(
     const std::string& session_id, absl::Duration timeout) {
   grpc::ClientContext context;

@@ -131,6 +131,8 @@ class Client {
       const v1::UnregisterRegionRequest& request, absl::Duration timeout);
   absl::StatusOr<v1::ListRegionsResponse> ListRegions(
       const std::string& session_id, absl::Duration timeout);
+  absl::StatusOr<v1::ShareRegionResponse> ShareRegion(
+      const v1::ShareRegionRequest& request, absl::Duration timeout);
 
   // The stub, for calls this class does not wrap (Session's OpenSession
   // stream, which lives as long as its owner rather than one call).

@@ -20,6 +20,27 @@ absl::StatusOr<std::unique_ptr<RegisteredRegion>> RegisteredRegion::Register(
                                                response->size_bytes()));
 }
 
+absl::StatusOr<std::unique_ptr<RegisteredRegion>>
+RegisteredRegion::RegisterShared(Client& client, const Session& session,
+                                 const std::string& token,
+                                 absl::Duration timeout) {
+  v1::RegisterRegionRequest request;
+  request.mutable_shared()->set_token(token);
+  return Register(client, session, std::move(request), timeout);
+}
+
+absl::StatusOr<std::string> RegisteredRegion::Share(v1::ShareAccess access,
+                                                    absl::Duration timeout) {
+  v1::ShareRegionRequest request;
+  request.set_session_id(session_id_);
+  request.set_region_id(id_);
+  request.set_access(access);
+  absl::StatusOr<v1::ShareRegionResponse> response =
+      client_.ShareRegion(request, timeout);
+  if (!response.ok()) return response.status();
+  return response->token();
+}
+
 absl::StatusOr<std::unique_ptr<RegisteredRegion>> RegisteredRegion::RegisterShm(
     Client& client, const Session& session, const SharedMemorySegment& segment,
     uint64_t offset_bytes, uint64_t size_bytes, absl::Duration timeout) {

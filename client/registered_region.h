@@ -42,6 +42,20 @@ class RegisteredRegion {
       const SharedMemorySegment& segment, uint64_t offset_bytes = 0,
       uint64_t size_bytes = 0, absl::Duration timeout = absl::Seconds(30));
 
+  // Registers the region another process's session shares under `token`
+  // (its RegisteredRegion::Share): the same memory, for A and B only.
+  static absl::StatusOr<std::unique_ptr<RegisteredRegion>> RegisterShared(
+      Client& client, const Session& session, const std::string& token,
+      absl::Duration timeout = absl::Seconds(30));
+
+  // Lets other processes' sessions that `access` admits register this
+  // region to read from (RegisterShared, with the token returned); each
+  // call gives a new token. Unregistering the region (or the session's
+  // end) withdraws every share of it.
+  absl::StatusOr<std::string> Share(
+      v1::ShareAccess access = v1::SHARE_ACCESS_SAME_USER,
+      absl::Duration timeout = absl::Seconds(30));
+
   // Unregisters unless Unregister ran already; errors are dropped (a
   // destructor cannot report them, and the session's end releases the
   // region anyway).

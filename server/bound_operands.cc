@@ -34,6 +34,12 @@ absl::Status BoundOperands::BindStreamOrder(const v1::StreamOrder& order,
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Region> region,
                    registry.Find(session_id, order.region_id()));
+  if (!region->writable()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "stream_order: region '", order.region_id(),
+        "' is shared by another session to read from only; the words must "
+        "be in a region of your own"));
+  }
   // The daemon's CPU or GPU waits on the wait word and its GPU writes the
   // signal word: host memory that the device reaches.
   if (region->host_data() == nullptr || region->device_data() == nullptr) {
@@ -105,6 +111,12 @@ absl::StatusOr<const char*> BoundOperands::Resolve(
   }
   ASSIGN_OR_RETURN(std::shared_ptr<Region> region,
                    registry.Find(session_id, checked.region_id));
+  if (which == ScratchOperand::Which::kC && !region->writable()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        name, " is in region '", checked.region_id,
+        "', which another session shares with this one to read from only; "
+        "write C to a region of your own"));
+  }
   if (absl::Status intact = region->CheckIntact(); !intact.ok()) {
     return absl::Status(intact.code(),
                         absl::StrCat(name, " is in region '", checked.region_id,

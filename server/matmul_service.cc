@@ -223,6 +223,18 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::RegisterRegion(
     reactor->Finish(ToGrpcStatus(access));
     return reactor;
   }
+  if (request->has_shared()) {
+    absl::StatusOr<std::string> id = registry_.OpenShared(
+        request->session_id(), peer->credentials, request->shared().token());
+    absl::StatusOr<std::shared_ptr<Region>> region =
+        id.ok() ? registry_.Find(request->session_id(), *id) : id.status();
+    if (region.ok()) {
+      response->set_region_id(*id);
+      response->set_size_bytes(static_cast<uint64_t>((*region)->size_bytes()));
+    }
+    reactor->Finish(ToGrpcStatus(region.status()));
+    return reactor;
+  }
   absl::StatusOr<std::unique_ptr<Region>> region =
       LaneFor(*request).region_opener->Open(*request, peer->credentials);
   if (!region.ok()) {
@@ -254,6 +266,38 @@ grpc::ServerUnaryReactor* MatmulServiceImpl::UnregisterRegion(
       request->session_id(), peer->credentials, request->region_id());
   if (deferred.ok()) response->set_deferred(*deferred);
   reactor->Finish(ToGrpcStatus(deferred.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* MatmulServiceImpl::ShareRegion(
+    grpc::CallbackServerContext* context, const v1::ShareRegionRequest* request,
+    v1::ShareRegionResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<LocalPeer> peer = LocalPeerOf(context->peer());
+  if (!peer.ok()) {
+    reactor->Finish(ToGrpcStatus(peer.status()));
+    return reactor;
+  }
+  ShareAccess access = ShareAccess::kSameUser;
+  switch (request->access()) {
+    case v1::SHARE_ACCESS_SAME_USER:
+      break;
+    case v1::SHARE_ACCESS_SAME_GROUP:
+      access = ShareAccess::kSameGroup;
+      break;
+    case v1::SHARE_ACCESS_ANY_LOCAL:
+      access = ShareAccess::kAnyLocal;
+      break;
+    default:
+      reactor->Finish(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("ShareRegion: unknown access ", request->access())));
+      return reactor;
+  }
+  absl::StatusOr<std::string> token = registry_.Share(
+      request->session_id(), peer->credentials, request->region_id(), access);
+  if (token.ok()) response->set_token(*token);
+  reactor->Finish(ToGrpcStatus(token.status()));
   return reactor;
 }
 

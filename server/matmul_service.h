@@ -42,8 +42,10 @@ using MatmulCallbackService =
                 v1::MatmulService::WithCallbackMethod_RegisterRegion<
                     v1::MatmulService::WithCallbackMethod_UnregisterRegion<
                         v1::MatmulService::WithCallbackMethod_ListRegions<
-                            v1::MatmulService::WithCallbackMethod_AttachRing<
-                                v1::MatmulService::Service>>>>>>>;
+                            v1::MatmulService::WithCallbackMethod_ShareRegion<
+                                v1::MatmulService::
+                                    WithCallbackMethod_AttachRing<
+                                        v1::MatmulService::Service>>>>>>>>;
 
 // Which gRPC API serves unary Matmul calls. kSync answers on the thread
 // that received the call (one thread per call in flight), which runs a
@@ -111,6 +113,10 @@ class MatmulServiceImpl final : public MatmulCallbackService {
       grpc::CallbackServerContext* context,
       const v1::ListRegionsRequest* request,
       v1::ListRegionsResponse* response) override;
+  grpc::ServerUnaryReactor* ShareRegion(
+      grpc::CallbackServerContext* context,
+      const v1::ShareRegionRequest* request,
+      v1::ShareRegionResponse* response) override;
   grpc::ServerWriteReactor<v1::RingEvent>* AttachRing(
       grpc::CallbackServerContext* context,
       const v1::AttachRingRequest* request) override;

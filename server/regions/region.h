@@ -17,7 +17,8 @@ class Region {
  public:
   virtual ~Region() = default;
 
-  // "shm", "cuda_ipc" or "cuda_vmm".
+  // "shm", "cuda_ipc" or "cuda_vmm"; "shared" for one opened from
+  // another session's share (RegionRegistry::OpenShared).
   virtual std::string kind() const = 0;
   virtual int64_t size_bytes() const = 0;
   // The region's first byte as the host addresses it; null when the host
@@ -40,6 +41,10 @@ class Region {
   // The CUDA device whose memory this is (products that use it run there);
   // -1 for host memory, which any device of the daemon can reach.
   virtual int cuda_device() const { return -1; }
+
+  // False for a region another session shared with this one: products
+  // read A and B from it but never write C to it.
+  virtual bool writable() const { return true; }
 
   // OK while the memory is still what the client registered; otherwise
   // (FAILED_PRECONDITION, saying why) every product that used it since is

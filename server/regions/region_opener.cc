@@ -44,11 +44,16 @@ absl::StatusOr<std::unique_ptr<Region>> RegionOpener::Open(
       RETURN_IF_ERROR(cuda_->Ready());
       return cuda_->OpenVmm(request.cuda_vmm(), peer);
     }
+    case v1::RegisterRegionRequest::kShared:
+      // Opens nothing: the registry gives the share's region an id
+      // (RegionRegistry::OpenShared).
+      return absl::InvalidArgumentError(
+          "a shared region is registered through the region registry");
     case v1::RegisterRegionRequest::KIND_NOT_SET:
       break;
   }
   return absl::InvalidArgumentError(
-      "RegisterRegion needs one of shm, cuda_ipc or cuda_vmm");
+      "RegisterRegion needs one of shm, cuda_ipc, cuda_vmm or shared");
 }
 
 }  // namespace matmul

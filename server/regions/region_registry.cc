@@ -7,6 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "server/regions/shared_region.h"
 
 namespace matmul {
 
@@ -44,12 +45,49 @@ std::string RegionRegistry::OpenSession(const std::string& client_name,
 }
 
 void RegionRegistry::CloseSession(const std::string& session_id) {
-  std::unique_ptr<Session> closed;  // regions released outside the lock
+  // Released outside the lock.
+  std::unique_ptr<Session> closed;
+  std::vector<std::shared_ptr<Region>> released;
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(session_id);
   if (it == sessions_.end()) return;
   closed = std::move(it->second);
   sessions_.erase(it);
+  for (const auto& [region_id, tokens] : closed->shares) {
+    for (const std::string& token : tokens) WithdrawShare(token, released);
+  }
+}
+
+void RegionRegistry::WithdrawShare(
+    const std::string& token, std::vector<std::shared_ptr<Region>>& released) {
+  auto share = shares_.find(token);
+  if (share == shares_.end()) return;
+  for (const auto& [session_id, region_id] : share->second.opened) {
+    auto session = sessions_.find(session_id);
+    if (session == sessions_.end()) continue;  // closed since
+    Session& s = *session->second;
+    auto entry = s.regions.find(region_id);
+    if (entry == s.regions.end()) continue;  // unregistered since
+    released.push_back(std::move(entry->second));
+    s.regions.erase(entry);
+    if (static_cast<int>(s.withdrawn.size()) <
+        options_.max_regions_per_session) {
+      s.withdrawn.insert(region_id);
+    }
+  }
+  released.push_back(std::move(share->second.region));
+  shares_.erase(share);
+}
+
+void RegionRegistry::WithdrawSharesOf(
+    Session& session, const std::string& region_id,
+    std::vector<std::shared_ptr<Region>>& released) {
+  auto tokens = session.shares.find(region_id);
+  if (tokens == session.shares.end()) return;
+  for (const std::string& token : tokens->second) {
+    WithdrawShare(token, released);
+  }
+  session.shares.erase(tokens);
 }
 
 absl::StatusOr<RegionRegistry::Session*> RegionRegistry::FindSession(
@@ -109,6 +147,12 @@ absl::StatusOr<RegionRegistry::RegionMap::iterator>
 RegionRegistry::FindRegionIn(Session& session, const std::string& region_id) {
   auto it = session.regions.find(region_id);
   if (it == session.regions.end()) {
+    if (session.withdrawn.contains(region_id)) {
+      return absl::NotFoundError(absl::StrCat(
+          "region '", region_id,
+          "' was opened from another session's share, which its owner has "
+          "withdrawn (it unregistered the region or went away)"));
+    }
     return absl::NotFoundError(absl::StrCat(
         "region '", region_id, "' is not registered in this session"));
   }
@@ -118,15 +162,99 @@ RegionRegistry::FindRegionIn(Session& session, const std::string& region_id) {
 absl::StatusOr<bool> RegionRegistry::Remove(const std::string& session_id,
                                             const PeerCredentials& caller,
                                             const std::string& region_id) {
-  std::shared_ptr<Region> removed;  // released outside the lock
+  std::shared_ptr<Region> removed;
+  {
+    // Released outside the lock: the region's shares and their openings.
+    std::vector<std::shared_ptr<Region>> released;
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(Session * session, FindOwnSession(session_id, caller));
+    ASSIGN_OR_RETURN(RegionMap::iterator entry,
+                     FindRegionIn(*session, region_id));
+    removed = std::move(entry->second);
+    session->regions.erase(entry);
+    if (removed->writable()) session->bytes -= removed->size_bytes();
+    WithdrawSharesOf(*session, region_id, released);
+  }
+  // What holds it now are requests using it, directly or through a share.
+  return removed.use_count() > 1;
+}
+
+absl::StatusOr<std::string> RegionRegistry::Share(const std::string& session_id,
+                                                  const PeerCredentials& caller,
+                                                  const std::string& region_id,
+                                                  ShareAccess access) {
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Session * session, FindOwnSession(session_id, caller));
   ASSIGN_OR_RETURN(RegionMap::iterator entry,
                    FindRegionIn(*session, region_id));
-  removed = std::move(entry->second);
-  session->regions.erase(entry);
-  session->bytes -= removed->size_bytes();
-  return removed.use_count() > 1;
+  if (!entry->second->writable()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "region '", region_id,
+        "' was opened from another session's share; only its owner may "
+        "share it"));
+  }
+  std::string token = RandomId();
+  shares_.emplace(token, ShareEntry{.owner_session = session_id,
+                                    .owner = session->owner,
+                                    .access = access,
+                                    .region = entry->second});
+  session->shares[region_id].push_back(token);
+  return token;
+}
+
+namespace {
+
+bool Admits(ShareAccess access, const PeerCredentials& owner,
+            const PeerCredentials& caller) {
+  switch (access) {
+    case ShareAccess::kAnyLocal:
+      return true;
+    case ShareAccess::kSameGroup:
+      return caller.uid == owner.uid || caller.gid == owner.gid;
+    case ShareAccess::kSameUser:
+      return caller.uid == owner.uid;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RegionRegistry::OpenShared(
+    const std::string& session_id, const PeerCredentials& caller,
+    const std::string& token) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Session * session, FindOwnSession(session_id, caller));
+  auto share = shares_.find(token);
+  if (share == shares_.end()) {
+    return absl::NotFoundError(
+        "no region is shared under that token (it was never given, or its "
+        "owner has withdrawn it: unregistered the region or went away)");
+  }
+  ShareEntry& s = share->second;
+  if (!Admits(s.access, s.owner, caller)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the region is shared with ",
+        s.access == ShareAccess::kSameGroup ? "its owner's user and group"
+                                            : "its owner's user",
+        " (owner uid ", s.owner.uid, ", gid ", s.owner.gid,
+        "); this call came from uid ", caller.uid, ", gid ", caller.gid));
+  }
+  if (static_cast<int>(session->regions.size()) >=
+      options_.max_regions_per_session) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the session already has ", session->regions.size(),
+                     " regions, the most one session may register"));
+  }
+  std::string id = RandomId();
+  session->regions.emplace(id, std::make_shared<SharedRegion>(s.region));
+  // Openings whose session has closed go first.
+  std::vector<std::pair<std::string, std::string>> open;
+  for (auto& opening : s.opened) {
+    if (sessions_.contains(opening.first)) open.push_back(std::move(opening));
+  }
+  s.opened = std::move(open);
+  s.opened.emplace_back(session_id, id);
+  return id;
 }
 
 absl::StatusOr<std::shared_ptr<Region>> RegionRegistry::Find(

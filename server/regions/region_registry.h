@@ -2,19 +2,26 @@
 // process (it holds an OpenSession stream open for its lifetime) and belongs
 // to that process: calls from any other process (by the kernel's account of
 // the caller, PeerCredentials) are refused. A region belongs to exactly one
-// session and is visible to no other. Ids are 128 random bits from the
-// kernel, so they cannot be guessed. Lookups hand out shared ownership: a
-// region removed while requests use it is released when the last of them
-// lets go.
+// session and is visible to no other, unless that session shares it: Share
+// gives a token, and another session whose process the share's access
+// admits (and that knows the token) opens it under an id of its own, to
+// read from only (weights that many clients use, read once when their
+// products share a launch). Removing the region or closing its session
+// withdraws the share and every id opened from it. Ids and tokens are 128
+// random bits from the kernel, so they cannot be guessed. Lookups hand out
+// shared ownership: a region removed while requests use it is released
+// when the last of them lets go.
 #ifndef MATMUL_SERVER_REGIONS_REGION_REGISTRY_H_
 #define MATMUL_SERVER_REGIONS_REGION_REGISTRY_H_
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -31,6 +38,14 @@ struct RegionRegistryOptions {
   // How long a stream-ordered product's number may be missing before the
   // products numbered after it stop waiting for it (launch_order.h).
   absl::Duration stream_order_lapse = absl::Seconds(2);
+};
+
+// Which processes may open a shared region, by the kernel's account of the
+// caller (the socket's own mode and group decide who may connect at all).
+enum class ShareAccess {
+  kSameUser,   // the owner's uid
+  kSameGroup,  // the owner's uid, or a caller whose primary gid is the owner's
+  kAnyLocal,   // any process on the daemon's host that can reach the socket
 };
 
 struct RegionSummary {
@@ -72,6 +87,23 @@ class RegionRegistry {
                        const PeerCredentials& caller);
   void RemoveRing(const std::string& session_id);
 
+  // Shares region `region_id` of the caller's session with the processes
+  // `access` admits; returns the token they open it with. A region may be
+  // shared several times (one token each).
+  absl::StatusOr<std::string> Share(const std::string& session_id,
+                                    const PeerCredentials& caller,
+                                    const std::string& region_id,
+                                    ShareAccess access);
+  // Gives the caller's session an id for the region `token` shares, which
+  // products may read A and B from but not write C to. NOT_FOUND for an
+  // unknown token or one withdrawn, PERMISSION_DENIED when the share's
+  // access does not admit the caller, RESOURCE_EXHAUSTED over the
+  // session's region count (an opened region counts no bytes: they are
+  // the owner's).
+  absl::StatusOr<std::string> OpenShared(const std::string& session_id,
+                                         const PeerCredentials& caller,
+                                         const std::string& token);
+
   // NOT_FOUND unless the region is registered in this very session. The
   // caller was checked with CheckOwner when the request was accepted.
   absl::StatusOr<std::shared_ptr<Region>> Find(
@@ -105,7 +137,28 @@ class RegionRegistry {
     RegionMap regions;
     // Shared by the sessions of one process.
     std::shared_ptr<LaunchOrder> launch_order;
+    // Tokens of this session's shares, by region id.
+    absl::flat_hash_map<std::string, std::vector<std::string>> shares;
+    // Ids opened from shares since withdrawn, kept (up to the region
+    // limit) to say so when a product names one.
+    absl::flat_hash_set<std::string> withdrawn;
   };
+  struct ShareEntry {
+    std::string owner_session;
+    PeerCredentials owner;
+    ShareAccess access = ShareAccess::kSameUser;
+    std::shared_ptr<Region> region;
+    // (session, id) of every opening.
+    std::vector<std::pair<std::string, std::string>> opened;
+  };
+  // Ends the share under `token`: its openings leave their sessions.
+  void WithdrawShare(const std::string& token,
+                     std::vector<std::shared_ptr<Region>>& released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Every share of `region_id` in `session`.
+  void WithdrawSharesOf(Session& session, const std::string& region_id,
+                        std::vector<std::shared_ptr<Region>>& released)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::StatusOr<Session*> FindSession(const std::string& session_id) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
@@ -121,6 +174,7 @@ class RegionRegistry {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, ShareEntry> shares_ ABSL_GUARDED_BY(mu_);
 };
 
 // 32 hex characters from getrandom(2).

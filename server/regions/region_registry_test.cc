@@ -197,5 +197,122 @@ TEST(RegionRegistryTest, RingQuotaCountsAttachedRings) {
             absl::StatusCode::kResourceExhausted);
 }
 
+TEST(RegionRegistryTest, ASharedRegionIsOpenedReadOnlyByThoseItsAccessAdmits) {
+  RegionRegistry registry({});
+  const std::string owner = registry.OpenSession("owner", kOwner);
+  const std::string same_user = registry.OpenSession("a", kOtherProcess);
+  const PeerCredentials group_mate{.pid = 5000, .uid = 1002, .gid = 1000};
+  const PeerCredentials stranger{.pid = 5001, .uid = 1003, .gid = 2000};
+  const std::string in_group = registry.OpenSession("b", group_mate);
+  const std::string elsewhere = registry.OpenSession("c", stranger);
+  absl::StatusOr<std::string> weight =
+      registry.Add(owner, kOwner, MakeRegion(4096));
+  ASSERT_TRUE(weight.ok());
+  absl::StatusOr<std::string> user_token =
+      registry.Share(owner, kOwner, *weight, ShareAccess::kSameUser);
+  absl::StatusOr<std::string> group_token =
+      registry.Share(owner, kOwner, *weight, ShareAccess::kSameGroup);
+  ASSERT_TRUE(user_token.ok() && group_token.ok());
+  EXPECT_NE(*user_token, *group_token);
+  // Only the owner shares its region.
+  EXPECT_EQ(
+      registry.Share(same_user, kOtherProcess, *weight, ShareAccess::kAnyLocal)
+          .status()
+          .code(),
+      absl::StatusCode::kNotFound);
+
+  absl::StatusOr<std::string> opened =
+      registry.OpenShared(same_user, kOtherProcess, *user_token);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_NE(*opened, *weight);
+  absl::StatusOr<std::shared_ptr<Region>> view =
+      registry.Find(same_user, *opened);
+  ASSERT_TRUE(view.ok());
+  EXPECT_FALSE((*view)->writable());
+  EXPECT_EQ((*view)->kind(), "shared");
+  EXPECT_EQ((*view)->placement().object,
+            (*registry.Find(owner, *weight))->placement().object);
+  // An opening is not the opener's to share again.
+  EXPECT_EQ(
+      registry.Share(same_user, kOtherProcess, *opened, ShareAccess::kAnyLocal)
+          .status()
+          .code(),
+      absl::StatusCode::kPermissionDenied);
+
+  EXPECT_EQ(
+      registry.OpenShared(in_group, group_mate, *user_token).status().code(),
+      absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(registry.OpenShared(in_group, group_mate, *group_token).ok());
+  absl::Status refused =
+      registry.OpenShared(elsewhere, stranger, *group_token).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused.message(), HasSubstr("uid 1003"));
+  EXPECT_EQ(
+      registry.OpenShared(elsewhere, stranger, "no-such-token").status().code(),
+      absl::StatusCode::kNotFound);
+  // Someone else's session is still refused, token or not.
+  EXPECT_EQ(
+      registry.OpenShared(owner, kOtherProcess, *user_token).status().code(),
+      absl::StatusCode::kPermissionDenied);
+}
+
+TEST(RegionRegistryTest, TheOwnerGoingAwayWithdrawsItsSharesAndTheirOpenings) {
+  RegionRegistry registry({});
+  auto released = std::make_shared<bool>(false);
+  const std::string owner = registry.OpenSession("owner", kOwner);
+  const std::string user = registry.OpenSession("user", kOtherProcess);
+  absl::StatusOr<std::string> weight =
+      registry.Add(owner, kOwner, MakeRegion(4096, released));
+  ASSERT_TRUE(weight.ok());
+  absl::StatusOr<std::string> token =
+      registry.Share(owner, kOwner, *weight, ShareAccess::kSameUser);
+  ASSERT_TRUE(token.ok());
+  absl::StatusOr<std::string> opened =
+      registry.OpenShared(user, kOtherProcess, *token);
+  ASSERT_TRUE(opened.ok());
+  // A product in flight holds the opening.
+  absl::StatusOr<std::shared_ptr<Region>> in_flight =
+      registry.Find(user, *opened);
+  ASSERT_TRUE(in_flight.ok());
+
+  registry.CloseSession(owner);
+  absl::Status gone = registry.Find(user, *opened).status();
+  EXPECT_EQ(gone.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(gone.message(), HasSubstr("withdrawn"));
+  EXPECT_EQ(registry.OpenShared(user, kOtherProcess, *token).status().code(),
+            absl::StatusCode::kNotFound);
+  // The memory stays mapped for the product in flight, then goes.
+  EXPECT_FALSE(*released);
+  EXPECT_EQ((*in_flight)->size_bytes(), 4096);
+  in_flight->reset();
+  EXPECT_TRUE(*released);
+  EXPECT_EQ(registry.region_count(), 0);
+
+  // Unregistering the region withdraws its shares too; the removal is
+  // deferred while an opening is in use.
+  const std::string again = registry.OpenSession("owner", kOwner);
+  weight = registry.Add(again, kOwner, MakeRegion(64));
+  token = registry.Share(again, kOwner, *weight, ShareAccess::kAnyLocal);
+  ASSERT_TRUE(token.ok());
+  opened = registry.OpenShared(user, kOtherProcess, *token);
+  ASSERT_TRUE(opened.ok());
+  in_flight = registry.Find(user, *opened);
+  EXPECT_EQ(registry.Remove(again, kOwner, *weight).value_or(false), true);
+  EXPECT_FALSE(registry.Find(user, *opened).ok());
+  in_flight->reset();
+  // The opener's own regions are its to remove; the share is unaffected
+  // by an opener leaving.
+  weight = registry.Add(again, kOwner, MakeRegion(64));
+  token = registry.Share(again, kOwner, *weight, ShareAccess::kAnyLocal);
+  opened = registry.OpenShared(user, kOtherProcess, *token);
+  ASSERT_TRUE(opened.ok());
+  EXPECT_EQ(registry.Remove(user, kOtherProcess, *opened).value_or(true),
+            false);
+  registry.CloseSession(user);
+  EXPECT_TRUE(registry.Find(again, *weight).ok());
+  const std::string later = registry.OpenSession("later", kOtherProcess);
+  EXPECT_TRUE(registry.OpenShared(later, kOtherProcess, *token).ok());
+}
+
 }  // namespace
 }  // namespace matmul
