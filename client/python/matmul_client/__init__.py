@@ -31,6 +31,7 @@ from ._client import (
 )
 from ._errors import MatmulError
 from ._product_list import Product, Scratch
+from ._shared_weight import SharedWeight
 from ._tensors import HostTensor, bf16_bytes, floats_from_bf16
 
 try:
@@ -68,6 +69,7 @@ __all__ = [
     "MatmulError",
     "Product",
     "Scratch",
+    "SharedWeight",
     "bf16_bytes",
     "close_default_clients",
     "default_client",

@@ -369,7 +369,7 @@ class Client(_Session, _HostRegions, _CudaRegions):
         with self._lock:
             session_id = self.session_id
             self._check_freed_cuda_memory((device,))
-            spec = _cuda_list_spec(items, self._cuda_ref)
+            spec = _cuda_list_spec(items, self._cuda_ref, self)
             retired, self._retired = self._retired, []
         return _CudaList(session_id, spec, device, retired,
                          self._retired_done)
@@ -548,6 +548,8 @@ class Client(_Session, _HostRegions, _CudaRegions):
         if not (a_op.cuda and b_op.cuda and (out_op is None or out_op.cuda)):
             raise ValueError("a, b and out must all be CUDA tensors, or all "
                              "host tensors")
+        if (out_op is not None and out_op.shared) or a_op.shared:
+            raise ValueError("a SharedWeight is read as b only")
         if out_op is None:
             import torch
             out_op = _Operand(torch.empty(
@@ -558,8 +560,9 @@ class Client(_Session, _HostRegions, _CudaRegions):
         with self._lock:
             session_id = self.session_id
             self._check_freed_cuda_memory(
-                {op.value.get_device() for op in operands})
-            refs = [self._cuda_ref(op) for op in operands]
+                {op.value.get_device() for op in operands if not op.shared})
+            refs = [op.value._ref(self) if op.shared else self._cuda_ref(op)
+                    for op in operands]
             retired, self._retired = self._retired, []
         spec = tuple((region_id, offset, op.shape, op.strides, op.dtype)
                      for op, (region_id, offset) in zip(operands, refs))

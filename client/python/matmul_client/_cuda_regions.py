@@ -59,6 +59,40 @@ def _device_uuid(device):
     return uuid if uuid.startswith("GPU-") else "GPU-" + uuid
 
 
+def _export_storage(storage):
+    """(the storage's memory as parse_share_handle reads torch's handle,
+    the storage's byte offset in it, the bytes a region needs to hold
+    it)."""
+    import torch
+    try:
+        shared = storage._share_cuda_()
+    except RuntimeError as error:
+        if "expandable_segments" not in str(error):
+            raise
+        raise RuntimeError(
+            f"torch cannot export this tensor's expandable-segment "
+            f"memory ({error}); torch 2.5 or later can, or allocate the "
+            "tensors you send with expandable_segments:False") from None
+    _, handle, storage_bytes, storage_offset = shared[:4]
+    # _share_cuda_ put the storage behind torch's cross-process ref count
+    # and set the count to 1 for a torch consumer to drop; the daemon is
+    # none, so drop it here, or freed storages would wait in torch's IPC
+    # limbo forever. The tensor only has to outlive the call.
+    release = getattr(torch.UntypedStorage, "_release_ipc_counter_cuda",
+                      None)
+    if release is not None and shared[4]:
+        release(shared[4], shared[5])
+    memory = parse_share_handle(handle)
+    needed = storage_offset + storage_bytes
+    if isinstance(memory, ExpandableSegmentHandle) and \
+            needed > memory.size_bytes:
+        raise ValueError(
+            f"torch shared {len(memory.fds)} chunk(s) of "
+            f"{memory.chunk_bytes} bytes for a storage that ends at "
+            f"byte {needed} of them")
+    return memory, storage_offset, needed
+
+
 class _CudaRegions:
     """Part of Client: CUDA tensors as (region id, offset). Uses the
     Client's _lock, _native and its caches _cuda_regions, _cuda_storages,
@@ -124,33 +158,8 @@ class _CudaRegions:
     def _share_storage(self, storage, device):
         """(region id, storage's offset in it, region size, whether the
         region is of expandable-segment chunks)."""
-        import torch
-        try:
-            shared = storage._share_cuda_()
-        except RuntimeError as error:
-            if "expandable_segments" not in str(error):
-                raise
-            raise RuntimeError(
-                f"torch cannot export this tensor's expandable-segment "
-                f"memory ({error}); torch 2.5 or later can, or allocate the "
-                "tensors you send with expandable_segments:False") from None
-        _, handle, storage_bytes, storage_offset = shared[:4]
-        # _share_cuda_ put the storage behind torch's cross-process ref
-        # count and set the count to 1 for a torch consumer to drop; the
-        # daemon is none, so drop it here, or freed storages would wait in
-        # torch's IPC limbo forever. The tensor only has to outlive the call.
-        release = getattr(torch.UntypedStorage, "_release_ipc_counter_cuda",
-                          None)
-        if release is not None and shared[4]:
-            release(shared[4], shared[5])
-        memory = parse_share_handle(handle)
-        needed = storage_offset + storage_bytes
+        memory, storage_offset, needed = _export_storage(storage)
         if isinstance(memory, ExpandableSegmentHandle):
-            if needed > memory.size_bytes:
-                raise ValueError(
-                    f"torch shared {len(memory.fds)} chunk(s) of "
-                    f"{memory.chunk_bytes} bytes for a storage that ends at "
-                    f"byte {needed} of them")
             # Keyed by what the handle means, not its bytes (their padding
             # is not reliably zeroed). An fd number names one chunk only
             # while torch keeps it mapped; _drop_stale_cuda_regions forgets
@@ -159,13 +168,7 @@ class _CudaRegions:
             key = ("vmm", device, memory.pid, memory.chunk_bytes, memory.fds)
             cached = self._cuda_regions.get(key)
             if cached is None:
-                _let_the_daemon_take_fds()
-                response = self.register_region(pb.RegisterRegionRequest(
-                    cuda_vmm=pb.CudaVmmRegion(
-                        pid=memory.pid, chunk_fds=memory.fds,
-                        chunk_bytes=memory.chunk_bytes,
-                        size_bytes=memory.size_bytes, device_ordinal=device,
-                        device_uuid=_device_uuid(device))))
+                response = self._register_export(memory, needed, device)
                 # The whole chunks: other storages in them reuse the region.
                 cached = (response.region_id, memory.size_bytes, device)
                 self._cuda_regions[key] = cached
@@ -173,11 +176,7 @@ class _CudaRegions:
         key = ("ipc", device, memory.handle)
         cached = self._cuda_regions.get(key)
         if cached is None or cached[1] < needed:
-            response = self.register_region(pb.RegisterRegionRequest(
-                cuda_ipc=pb.CudaIpcRegion(handle=memory.handle,
-                                          device_ordinal=device,
-                                          device_uuid=_device_uuid(device),
-                                          size_bytes=needed)))
+            response = self._register_export(memory, needed, device)
             if cached is not None:
                 # Outgrown: the larger one replaces it. Operands of the
                 # request being built may still name the old one, so it is
@@ -187,6 +186,24 @@ class _CudaRegions:
             cached = (response.region_id, needed, device)
             self._cuda_regions[key] = cached
         return cached[0], storage_offset, cached[1], False
+
+    def _register_export(self, memory, needed, device):
+        """Registers what _export_storage gave, `needed` bytes of it (a
+        cudaMalloc block's) or its whole chunks; the
+        RegisterRegionResponse."""
+        if isinstance(memory, ExpandableSegmentHandle):
+            _let_the_daemon_take_fds()
+            return self.register_region(pb.RegisterRegionRequest(
+                cuda_vmm=pb.CudaVmmRegion(
+                    pid=memory.pid, chunk_fds=memory.fds,
+                    chunk_bytes=memory.chunk_bytes,
+                    size_bytes=memory.size_bytes, device_ordinal=device,
+                    device_uuid=_device_uuid(device))))
+        return self.register_region(pb.RegisterRegionRequest(
+            cuda_ipc=pb.CudaIpcRegion(handle=memory.handle,
+                                      device_ordinal=device,
+                                      device_uuid=_device_uuid(device),
+                                      size_bytes=needed)))
 
     def _forget_cuda_regions(self, which, defer=False):
         """Unregisters the cached CUDA regions for which which(entry) holds

@@ -22,10 +22,16 @@ class _Operand:
     """One tensor as the request describes it, and where its bytes are."""
 
     def __init__(self, value, name):
+        from ._shared_weight import SharedWeight
         self.value = value
         self.name = name
         self.torch = _is_torch(value)
-        if self.torch:
+        self.shared = isinstance(value, SharedWeight)
+        if self.shared:
+            self.shape, self.strides = value.shape, value.strides
+            self.dtype = value.dtype
+            self.cuda = True
+        elif self.torch:
             self.shape = tuple(value.shape)
             self.strides = value.stride()
             self.dtype = _parse_dtype(value.dtype)
@@ -35,8 +41,8 @@ class _Operand:
             self.dtype = value.dtype
             self.cuda = False
         else:
-            raise TypeError(f"{name}: expected a torch.Tensor or a HostTensor, "
-                            f"got {type(value).__name__}")
+            raise TypeError(f"{name}: expected a torch.Tensor, a HostTensor "
+                            f"or a SharedWeight, got {type(value).__name__}")
         if len(self.shape) not in (2, 3):
             raise ValueError(f"{name}: rank {len(self.shape)}; expected 2 or 3")
         if min(self.strides) < 0:

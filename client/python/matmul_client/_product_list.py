@@ -22,6 +22,7 @@ import collections
 import ctypes
 
 from ._proto import matmul_pb2 as pb
+from ._shared_weight import SharedWeight
 from ._tensors import (
     _ELEMENT_BYTES,
     _contiguous_strides,
@@ -133,13 +134,20 @@ def _products_of(products):
                             (product[2], "out")):
             if isinstance(value, Scratch):
                 continue
-            if not _is_tensor(value):
+            if isinstance(value, SharedWeight):
+                if name == "out":
+                    raise ValueError(f"product {index}: out: a SharedWeight "
+                                     "is read only")
+                is_cuda = True
+            elif _is_tensor(value):
+                is_cuda = value.is_cuda
+            else:
                 raise TypeError(f"product {index}: {name}: expected a torch "
-                                f"tensor or a Scratch, got "
+                                f"tensor, a SharedWeight or a Scratch, got "
                                 f"{type(value).__name__}")
             if cuda is None:
-                cuda = value.is_cuda
-            elif cuda != value.is_cuda:
+                cuda = is_cuda
+            elif cuda != is_cuda:
                 raise ValueError(f"product {index}: {name}: a list's tensors "
                                  "must all be CUDA tensors, or all CPU ones")
         items.append(product)
@@ -157,10 +165,11 @@ class _TensorRef:
         self.value = value
 
 
-def _cuda_list_spec(products, cuda_ref):
+def _cuda_list_spec(products, cuda_ref, client=None):
     """The spec of CUDA products (see the module's doc); cuda_ref(operand)
-    -> (region id, offset) as _CudaRegions._cuda_ref. A tensor named by
-    several products is looked up once."""
+    -> (region id, offset) as _CudaRegions._cuda_ref; `client` is the one
+    SharedWeight operands must belong to. A tensor named by several
+    products is looked up once."""
     refs = {}  # id(tensor) -> its operand spec
     spec = []
     for index, product in enumerate(products):
@@ -171,6 +180,11 @@ def _cuda_list_spec(products, cuda_ref):
                 operands.append(value.spec(index, name))
                 continue
             operand = refs.get(id(value))
+            if operand is None and isinstance(value, SharedWeight):
+                region_id, offset = value._ref(client)
+                operand = refs[id(value)] = (
+                    region_id, offset, value.shape, value.strides,
+                    value.dtype)
             if operand is None:
                 region_id, offset = cuda_ref(_TensorRef(value))
                 operand = refs[id(value)] = (

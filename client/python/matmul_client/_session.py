@@ -94,6 +94,15 @@ class _Session:
                          self.timeout)
         return response.deferred
 
+    def share_region(self, region_id, access=pb.SHARE_ACCESS_SAME_USER):
+        """ShareRegion: the token other processes' sessions register the
+        region with (RegisterRegionRequest.shared)."""
+        return _call(self._stub.ShareRegion,
+                     pb.ShareRegionRequest(session_id=self.session_id,
+                                           region_id=region_id,
+                                           access=access),
+                     self.timeout).token
+
     def list_regions(self):
         return list(_call(self._stub.ListRegions,
                           pb.ListRegionsRequest(session_id=self.session_id),

@@ -205,7 +205,8 @@ class ProductListTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "at least one product"):
             self.client.matmul_list([])
         with self.assertRaisesRegex(TypeError, "product 0: b: expected a "
-                                    "torch tensor or a Scratch"):
+                                    "torch tensor, a SharedWeight or a "
+                                    "Scratch"):
             self.client.matmul_list([(a, [1.0], self.nan(4, 4))])
         with self.assertRaisesRegex(ValueError, "product 1: a: Scratch.new"):
             self.client.matmul_list([(a, a, self.nan(4, 4)),

@@ -49,6 +49,11 @@ class MatmulServiceStub(object):
                 request_serializer=matmul_dot_v1_dot_matmul__pb2.ListRegionsRequest.SerializeToString,
                 response_deserializer=matmul_dot_v1_dot_matmul__pb2.ListRegionsResponse.FromString,
                 )
+        self.ShareRegion = channel.unary_unary(
+                '/matmul.v1.MatmulService/ShareRegion',
+                request_serializer=matmul_dot_v1_dot_matmul__pb2.ShareRegionRequest.SerializeToString,
+                response_deserializer=matmul_dot_v1_dot_matmul__pb2.ShareRegionResponse.FromString,
+                )
         self.AttachRing = channel.unary_stream(
                 '/matmul.v1.MatmulService/AttachRing',
                 request_serializer=matmul_dot_v1_dot_matmul__pb2.AttachRingRequest.SerializeToString,
@@ -105,6 +110,16 @@ class MatmulServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ShareRegion(self, request, context):
+        """Lets other clients' sessions read a region of this session (weights
+        many processes use: their products over it may share one launch that
+        reads it once). Unregistering the region or closing the session
+        withdraws every share of it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def AttachRing(self, request, context):
         """A shared-memory request ring for clients on this host: MatmulRequests
         written into its slots are answered in place, without a gRPC round trip
@@ -151,6 +166,11 @@ def add_MatmulServiceServicer_to_server(servicer, server):
                     servicer.ListRegions,
                     request_deserializer=matmul_dot_v1_dot_matmul__pb2.ListRegionsRequest.FromString,
                     response_serializer=matmul_dot_v1_dot_matmul__pb2.ListRegionsResponse.SerializeToString,
+            ),
+            'ShareRegion': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShareRegion,
+                    request_deserializer=matmul_dot_v1_dot_matmul__pb2.ShareRegionRequest.FromString,
+                    response_serializer=matmul_dot_v1_dot_matmul__pb2.ShareRegionResponse.SerializeToString,
             ),
             'AttachRing': grpc.unary_stream_rpc_method_handler(
                     servicer.AttachRing,
@@ -283,6 +303,23 @@ class MatmulService(object):
         return grpc.experimental.unary_unary(request, target, '/matmul.v1.MatmulService/ListRegions',
             matmul_dot_v1_dot_matmul__pb2.ListRegionsRequest.SerializeToString,
             matmul_dot_v1_dot_matmul__pb2.ListRegionsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ShareRegion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/matmul.v1.MatmulService/ShareRegion',
+            matmul_dot_v1_dot_matmul__pb2.ShareRegionRequest.SerializeToString,
+            matmul_dot_v1_dot_matmul__pb2.ShareRegionResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
