@@ -61,8 +61,8 @@ TEST_F(RegionTest, RequestWithoutAKind) {
   v1::RegisterRegionRequest request;
   request.set_session_id(session_->session_id());
   ExpectRegisterRejected(request, absl::StatusCode::kInvalidArgument,
-                         "RegisterRegion needs one of shm, cuda_ipc or "
-                         "cuda_vmm");
+                         "RegisterRegion needs one of shm, cuda_ipc, "
+                         "cuda_vmm or shared");
 }
 
 }  // namespace
