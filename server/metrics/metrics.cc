@@ -300,7 +300,7 @@ ServerMetrics::ServerMetrics(int max_shapes)
            .Add({});
   // The kinds Region::kind() names get rows from the start, so that a
   // dashboard shows 0 rather than no data before the first registration.
-  for (const char* kind : {"shm", "cuda_ipc", "cuda_vmm"}) {
+  for (const char* kind : {"shm", "cuda_ipc", "cuda_vmm", "shared"}) {
     const prometheus::Labels labels = {{"kind", kind}};
     region_kinds_.emplace(kind,
                           std::make_pair(&regions_family_.Add(labels),

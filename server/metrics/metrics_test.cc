@@ -256,6 +256,7 @@ TEST(ServerMetricsTest, SourcesAreReadAtScrapeTime) {
   EXPECT_EQ(Sample(e, "matmul_regions{kind=\"cuda_vmm\"}"), 1);
   // A kind with no regions shows 0, not nothing.
   EXPECT_EQ(Sample(e, "matmul_regions{kind=\"cuda_ipc\"}"), 0);
+  EXPECT_EQ(Sample(e, "matmul_regions{kind=\"shared\"}"), 0);
   EXPECT_EQ(Sample(e, "matmul_device_memory_used_bytes{device=\"0\"}"),
             static_cast<double>(gauges.memory_used_bytes));
   EXPECT_EQ(Sample(e, "matmul_device_memory_total_bytes{device=\"0\"}"),
