@@ -34,12 +34,12 @@ using absl::StatusCode;
 // them (unregister, truncate, ring drop).
 constexpr int kRacedProducts = 4;
 
+}  // namespace
+
 std::string WaitStatusText(int wstatus) {
   return WIFEXITED(wstatus) ? absl::StrCat("exit status ", WEXITSTATUS(wstatus))
                             : absl::StrCat("signal ", WTERMSIG(wstatus));
 }
-
-}  // namespace
 
 // --- regions and rings taken away while in use ------------------------------
 
@@ -253,8 +253,9 @@ void SoakWorker::Kill(const char* scenario) {
     return tally().Count(scenario, "skipped");
   }
   const bool ring_kill = std::string_view(scenario) == "ring_kill";
-  const pid_t pid = SpawnHolder(
-      ring_kill ? HolderMode::kRingBusy : HolderMode::kProducts, scenario);
+  const pid_t pid =
+      SpawnHolder(ring_kill ? HolderMode::kRingBusy : HolderMode::kProducts,
+                  scenario, rng_());
   if (pid <= 0) {
     shared_.HolderDone(0);
     return;
@@ -279,7 +280,7 @@ void SoakWorker::TruncateRing() {
       !shared_.TryStartHolder(options_.max_holders)) {
     return tally().Count("truncate", "ring_skipped");
   }
-  const pid_t pid = SpawnHolder(HolderMode::kTruncateRing, "truncate");
+  const pid_t pid = SpawnHolder(HolderMode::kTruncateRing, "truncate", rng_());
   if (pid <= 0) {
     shared_.HolderDone(0);
     return;
@@ -307,11 +308,14 @@ void SoakWorker::TruncateRing() {
   shared_.HolderDone(pid);
 }
 
-pid_t SoakWorker::SpawnHolder(HolderMode mode, const char* scenario) {
-  const std::string seed = absl::StrCat(rng_());
+pid_t SoakWorker::SpawnHolder(HolderMode mode, const char* scenario,
+                              uint64_t seed_value, int stdout_fd) {
+  const std::string seed = absl::StrCat(seed_value);
   const std::string dim = absl::StrCat(options_.max_dim);
-  const std::string mode_name =
-      mode == HolderMode::kTruncateRing ? "truncate_ring" : "ring_busy";
+  const std::string mode_name = mode == HolderMode::kTruncateRing
+                                    ? "truncate_ring"
+                                : mode == HolderMode::kRingBusy ? "ring_busy"
+                                                                : "share";
   std::vector<char*> argv = {const_cast<char*>(options_.holder_path.c_str()),
                              const_cast<char*>(options_.target.c_str()),
                              const_cast<char*>(options_.shm_prefix.c_str()),
@@ -321,10 +325,16 @@ pid_t SoakWorker::SpawnHolder(HolderMode mode, const char* scenario) {
     argv.push_back(const_cast<char*>(mode_name.c_str()));
   }
   argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (stdout_fd >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, stdout_fd, STDOUT_FILENO);
+  }
   pid_t pid = 0;
-  if (int rc = posix_spawn(&pid, options_.holder_path.c_str(), nullptr, nullptr,
-                           argv.data(), environ);
-      rc != 0) {
+  const int rc = posix_spawn(&pid, options_.holder_path.c_str(), &actions,
+                             nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
     tally().Fail(scenario, absl::StrCat("spawning ", options_.holder_path, ": ",
                                         std::strerror(rc)));
     return 0;

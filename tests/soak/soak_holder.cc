@@ -23,7 +23,12 @@
 // sequence numbers corrected later. The kill finds requests running,
 // queued behind a hole, and answered but not yet read.
 //
-//   soak_holder TARGET SHM_PREFIX SEED MAX_DIM [truncate_ring|ring_busy]
+// With "share" (the shared_kill scenario) it owns a weight instead: the B of
+// ProductsOverOneWeight(SEED, MAX_DIM) in a shm region it registers and
+// shares with its own user (ShareRegion), the token printed as one line on
+// stdout; then it waits for the kill while others run products over it.
+//
+//   soak_holder TARGET SHM_PREFIX SEED MAX_DIM [truncate_ring|ring_busy|share]
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -52,6 +57,7 @@
 #include "client/session.h"
 #include "client/shared_memory_segment.h"
 #include "tests/soak/raw_ring.h"
+#include "tests/soak/weight_products.h"
 
 namespace matmul::soak {
 namespace {
@@ -198,15 +204,40 @@ int RingBusy(Client& client, const Session& session, const std::string& prefix,
   WaitForTheKill();
 }
 
+// share: see the top of the file.
+int ShareWeight(Client& client, const Session& session,
+                const std::string& prefix, uint64_t seed, int64_t max_dim) {
+  absl::StatusOr<std::vector<v1::MatmulRequest>> products =
+      ProductsOverOneWeight(seed, max_dim, 1);
+  if (!products.ok()) return Fail("building the weight", products.status());
+  absl::StatusOr<uint64_t> bytes = RegionBytes(products->front());
+  if (!bytes.ok()) return Fail("sizing the weight", bytes.status());
+  absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
+      SharedMemorySegment::Create(static_cast<int64_t>(*bytes), prefix);
+  if (!segment.ok()) return Fail("creating a segment", segment.status());
+  absl::StatusOr<v1::MatmulRequest> written =
+      ReadingTheWeightFrom(products->front(), (*segment)->bytes(), "", "");
+  if (!written.ok()) return Fail("writing the weight", written.status());
+  absl::StatusOr<std::unique_ptr<RegisteredRegion>> region =
+      RegisteredRegion::RegisterShm(client, session, **segment);
+  (*segment)->Unlink();
+  if (!region.ok()) return Fail("RegisterRegion", region.status());
+  absl::StatusOr<std::string> token = (*region)->Share();
+  if (!token.ok()) return Fail("ShareRegion", token.status());
+  std::cout << *token << std::endl;
+  WaitForTheKill();
+}
+
 int Main(int argc, char** argv) {
   uint64_t seed = 0;
   int64_t max_dim = 0;
   const std::string mode = argc == 6 ? argv[5] : "";
   if ((argc != 5 && argc != 6) || !absl::SimpleAtoi(argv[3], &seed) ||
       !absl::SimpleAtoi(argv[4], &max_dim) || max_dim < 1 ||
-      (argc == 6 && mode != "truncate_ring" && mode != "ring_busy")) {
+      (argc == 6 && mode != "truncate_ring" && mode != "ring_busy" &&
+       mode != "share")) {
     std::cerr << "usage: soak_holder TARGET SHM_PREFIX SEED MAX_DIM "
-                 "[truncate_ring|ring_busy]\n";
+                 "[truncate_ring|ring_busy|share]\n";
     return 2;
   }
   const bool truncate_ring = mode == "truncate_ring";
@@ -225,6 +256,9 @@ int Main(int argc, char** argv) {
   if (!session.ok()) return Fail("OpenSession", session.status());
   if (mode == "ring_busy") {
     return RingBusy(**client, **session, prefix, rng, max_dim);
+  }
+  if (mode == "share") {
+    return ShareWeight(**client, **session, prefix, seed, max_dim);
   }
 
   const int64_t segment_bytes =

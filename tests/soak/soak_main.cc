@@ -68,7 +68,7 @@ ABSL_FLAG(std::string, regions, "shm",
           "(CUDA memory; skipped with a message when no GPU is usable).");
 ABSL_FLAG(int64_t, max_dim, 96, "Checked products draw M, N, K up to this.");
 ABSL_FLAG(std::string, holder, "",
-          "The soak_holder binary for the kill scenario (default: beside "
+          "The soak_holder binary for the kill scenarios (default: beside "
           "this binary).");
 ABSL_FLAG(int, max_holders, 8, "Holder processes alive at once.");
 ABSL_FLAG(int, steps_per_session, 200,
@@ -123,6 +123,10 @@ void LogProtobufExceptUtf8(google::protobuf::LogLevel level,
   std::cerr << "[libprotobuf " << level << " " << filename << ":" << line
             << "] " << message << "\n";
 }
+
+// The scenarios that start soak_holder processes.
+constexpr Scenario kHolderScenarios[] = {Scenario::kKill, Scenario::kRingKill,
+                                         Scenario::kSharedKill};
 
 std::string DefaultHolderPath(const char* argv0) {
   char self[4096];
@@ -270,10 +274,10 @@ int Main(char** argv) {
   if (options.holder_path.empty()) {
     options.holder_path = DefaultHolderPath(argv[0]);
   }
-  const bool needs_holder = std::find(enabled.begin(), enabled.end(),
-                                      Scenario::kKill) != enabled.end() ||
-                            std::find(enabled.begin(), enabled.end(),
-                                      Scenario::kRingKill) != enabled.end();
+  const bool needs_holder =
+      std::find_first_of(enabled.begin(), enabled.end(),
+                         std::begin(kHolderScenarios),
+                         std::end(kHolderScenarios)) != enabled.end();
   if (needs_holder && access(options.holder_path.c_str(), X_OK) != 0) {
     std::cerr << "matmul-soak: no holder binary at " << options.holder_path
               << " (--holder)\n";
@@ -468,8 +472,7 @@ int Main(char** argv) {
   report.peak_rss_bytes = peak_rss;
   report.totals = shared.tally().totals();
   for (const auto& [key, count] : report.totals.outcomes) {
-    if ((key.first == "kill" || key.first == "ring_kill") &&
-        key.second == "killed") {
+    if (key.second == "killed") {
       report.holders_killed += count;
     }
   }

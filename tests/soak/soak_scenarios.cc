@@ -30,6 +30,8 @@ constexpr ScenarioInfo kScenarios[] = {
     {Scenario::kKill, "kill", 1, true},
     {Scenario::kRingChaos, "ring_chaos", 2, true},
     {Scenario::kRingKill, "ring_kill", 1, true},
+    {Scenario::kSharedWeight, "shared_weight", 3, true},
+    {Scenario::kSharedKill, "shared_kill", 1, true},
     // Named explicitly (or through --regions): they need a GPU.
     {Scenario::kProductIpc, "product_ipc", 6, false},
     {Scenario::kProductVmm, "product_vmm", 6, false},

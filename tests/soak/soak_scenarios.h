@@ -29,6 +29,8 @@ enum class Scenario {
   kKill,           // a holder process SIGKILLed with session/regions/ring
   kRingChaos,      // a ring's queue written out of sequence, slots corrupted
   kRingKill,       // a holder SIGKILLed with its ring busy and out of order
+  kSharedWeight,   // products over another session's shared weight, withdrawn
+  kSharedKill,     // the same while the weight's owner process is SIGKILLed
   kProductIpc,     // checked product on a cuda_ipc region (GPU only)
   kProductVmm,     // checked product on a cuda_vmm region (GPU only)
 };

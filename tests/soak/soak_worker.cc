@@ -140,6 +140,10 @@ void SoakWorker::Step(Scenario scenario) {
       return RingChaos();
     case Scenario::kRingKill:
       return Kill("ring_kill");
+    case Scenario::kSharedWeight:
+      return SharedWeight();
+    case Scenario::kSharedKill:
+      return SharedKill();
     case Scenario::kProductIpc:
       return ProductGpu(CudaMemory::Kind::kIpc);
     case Scenario::kProductVmm:

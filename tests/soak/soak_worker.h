@@ -75,6 +75,9 @@ class SoakShared {
   std::vector<int> pids_ ABSL_GUARDED_BY(mu_);
 };
 
+// "exit status 3" or "signal 9", for a waitpid status.
+std::string WaitStatusText(int wstatus);
+
 class SoakWorker {
  public:
   // Opens the worker's channel (nothing is sent yet), a connection of its
@@ -151,9 +154,28 @@ class SoakWorker {
   // in flight) or ring_kill (its ring busy and written out of sequence).
   void Kill(const char* scenario);
   // How soak_holder runs (see soak_holder.cc).
-  enum class HolderMode { kProducts, kTruncateRing, kRingBusy };
-  // Starts soak_holder; its pid, or 0 (tallied under `scenario`).
-  pid_t SpawnHolder(HolderMode mode, const char* scenario);
+  enum class HolderMode { kProducts, kTruncateRing, kRingBusy, kShareWeight };
+  // Starts soak_holder with `seed`, its stdout on `stdout_fd` (-1: this
+  // process's); its pid, or 0 (tallied under `scenario`).
+  pid_t SpawnHolder(HolderMode mode, const char* scenario, uint64_t seed,
+                    int stdout_fd = -1);
+  // Products over another session's shared weight (soak_shared_weights.cc):
+  // its owner in this process withdraws it (shared_weight), or is a holder
+  // killed under load (shared_kill).
+  void SharedWeight();
+  void SharedKill();
+  // Sends `reads` (products over the opened weight, `products` their inline
+  // form) at once and tallies each answer: OK and checked, or (where the
+  // weight may be withdrawn) NOT_FOUND. How many were NOT_FOUND.
+  int SendOverWeight(const char* scenario,
+                     const std::vector<v1::MatmulRequest>& products,
+                     const std::vector<v1::MatmulRequest>& reads,
+                     bool may_be_withdrawn);
+  // Sends products over a withdrawn (or withdrawing) weight until one is
+  // NOT_FOUND; fails the scenario when none is within a few seconds.
+  void ExpectWithdrawn(const char* scenario,
+                       const std::vector<v1::MatmulRequest>& products,
+                       const std::vector<v1::MatmulRequest>& reads);
 
   const WorkerOptions options_;
   const std::vector<Scenario> scenarios_;
