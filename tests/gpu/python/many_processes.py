@@ -59,12 +59,12 @@ def randn(generator, *shape, scale=1.0):
 class Worker:
     """One process's operands and its products, both sides."""
 
-    def __init__(self, index, target, handle):
+    def __init__(self, index, target, handle, ring_spin_us):
         import torch
 
         import matmul_client
         self.torch, self.mc = torch, matmul_client
-        self.client = matmul_client.Client(target)
+        self.client = matmul_client.Client(target, ring_spin_us=ring_spin_us)
         generator = torch.Generator(device="cuda").manual_seed(100 + index)
         self.x = randn(generator, M, K)
         self.own = randn(generator, N, K, scale=K ** -0.5)
@@ -128,8 +128,8 @@ class Worker:
         return start, end
 
 
-def worker_main(index, target, handle, plan, barrier, results):
-    worker = Worker(index, target, handle)
+def worker_main(index, target, handle, ring_spin_us, plan, barrier, results):
+    worker = Worker(index, target, handle, ring_spin_us)
     for mode in MODES:  # warm: regions, kernels, tuning
         for side in SIDES:
             worker.round(mode, side, 20, 1)
@@ -155,6 +155,9 @@ def main():
                         help="products per process per round")
     parser.add_argument("--check_every", type=int, default=50)
     parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--ring_spin_us", type=float, default=None,
+                        help="the clients' ring spin (default: the "
+                        "client's own)")
     args = parser.parse_args()
     counts = [int(p) for p in args.processes.split(",")]
     modes = [m for m in args.modes.split(",") if m]
@@ -179,7 +182,8 @@ def main():
     barrier = context.Barrier(most)
     results = context.Queue()
     workers = [context.Process(target=worker_main, args=(
-        i, args.target, shared.handle, plan, barrier, results))
+        i, args.target, shared.handle, args.ring_spin_us, plan, barrier,
+        results))
         for i in range(most)]
     for w in workers:
         w.start()
