@@ -187,3 +187,22 @@ def native_speed(scale=1.0, processes=True, gpu="NVIDIA H100 80GB HBM3"):
                 "ratio": _spread(a / b for a, b in zip(d, t)),
                 "target_ratio": 3.0 if how == "sync" else None}
     return report
+
+
+def many_processes(scale=1.0, gpu="NVIDIA H100 80GB HBM3"):
+    """One `tests/gpu/python/many_processes.py --json` report: each mode at
+    1 and 8 processes, the daemon at 10,000 * processes * scale products/s
+    and local at 5,000 * processes."""
+    spreads = [0.9, 1.0, 1.1]
+    cases = []
+    for mode in ("distinct", "shared", "adapter"):
+        for processes in (1, 8):
+            d = [10000.0 * processes * scale * f for f in spreads]
+            t = [5000.0 * processes * f for f in spreads]
+            cases.append({"mode": mode, "processes": processes,
+                          "daemon_per_s": _spread(d),
+                          "local_per_s": _spread(t),
+                          "ratio": _spread(a / b for a, b in zip(d, t))})
+    return {"gpu": gpu, "shape": [16, 4096, 4096], "rank": 16,
+            "products_per_process": 300, "repeat": len(spreads),
+            "cases": cases, "wrong": []}

@@ -21,6 +21,11 @@ docs/bench/ (tests/gpu/benchmarks.sh produces them on the GPU machine):
                       and under MPS (lora_lists_gpu.sh writes the second
                       as mps/native_speed.json): per-call p50 and the
                       eight-process products/s
+  many_processes.json, many_processes_mps.json
+                      tests/gpu/python/many_processes.py --json, without
+                      and under MPS (many_processes.sh writes both): 1 to
+                      8 processes with distinct weights, one shared
+                      weight, and the shared weight with adapters
 
 Every figure on the page comes from these files; the prose around them
 only says how each figure is measured. A part whose files are absent says
@@ -389,7 +394,21 @@ products/s of all together, each product waited for before the next
 (issue 21's reference) or stream-ordered and waited for at the end.
 """
 
+MANY_METHOD = """\
+`tests/gpu/python/many_processes.py`: 1, 2, 4 and 8 processes each call
+NT products, 16x4096x4096 (a decode step's projection), each call followed
+by `torch.cuda.synchronize()`, through one daemon and with torch in each
+process, the two alternating within each run: `distinct`, each process its
+own weight; `shared`, one weight for all (through the daemon a
+`matmul_client.SharedWeight` read in place; locally a copy in each
+process); `adapter`, the shared weight plus a rank-16 adapter of each
+process's own (through the daemon one product list; locally the base
+product then `addmm_`). Products/s of all processes together; sampled
+products are checked against FP32, and the script fails on a wrong one.
+"""
+
 LORA_FILES = ("lora_step.json", "lora_step_mps.json")
+MANY_FILES = ("many_processes.json", "many_processes_mps.json")
 NATIVE_FILES = ("native_speed.json", "native_speed_mps.json")
 MPS_LABELS = ("without MPS", "under MPS")
 # lora_step.py's sides, in the page's order, and what each is.
@@ -481,6 +500,25 @@ def load_native(path):
             field(processes, how, dict, where)
             for key in ("daemon_per_s", "torch_per_s", "ratio"):
                 check_spread(processes[how], key, f"{where} {how}")
+    return report
+
+
+def load_many(path):
+    report = load_json(path)
+    if not isinstance(report, dict):
+        raise BadInput(f"{path}: not a JSON object")
+    field(report, "gpu", str, path)
+    field(report, "repeat", int, path)
+    field(report, "products_per_process", int, path)
+    shape = field(report, "shape", list, path)
+    if len(shape) != 3 or not all(isinstance(d, int) for d in shape):
+        raise BadInput(f"{path}: \"shape\" is not [M, N, K]")
+    for i, case in enumerate(field(report, "cases", list, path)):
+        where = f"{path}: cases[{i}]"
+        field(case, "mode", str, where)
+        field(case, "processes", int, where)
+        for key in ("daemon_per_s", "local_per_s", "ratio"):
+            check_spread(case, key, where)
     return report
 
 
@@ -712,6 +750,41 @@ def native_section(reports):
     return "\n".join(out)
 
 
+def many_section(reports):
+    out, any_present = section_head(MANY_METHOD, MANY_FILES, reports)
+    if not any_present:
+        return "\n".join(out)
+    out.append("GPU and settings: " + per_file(
+        MANY_FILES, reports,
+        lambda r: f"{r['gpu']}; " + "x".join(map(str, r["shape"]))
+        + f" NT, {r['products_per_process']} products per process per "
+        f"run; median (min..max) of {runs(r['repeat'])}") + ".\n")
+    keys = []
+    for r in reports:
+        for case in (r["cases"] if r else ()):
+            if (case["mode"], case["processes"]) not in keys:
+                keys.append((case["mode"], case["processes"]))
+    rows = []
+    for mode, processes in keys:
+        row = [mode, str(processes)]
+        for r in reports:
+            case = next((c for c in (r["cases"] if r else ())
+                         if (c["mode"], c["processes"]) == (mode, processes)),
+                        None)
+            row += [spread_cell(case["daemon_per_s"], per_s),
+                    spread_cell(case["local_per_s"], per_s),
+                    spread_cell(case["ratio"], two)] if case else \
+                ["-", "-", "-"]
+        rows.append(row)
+    header = ["weights", "processes"]
+    for label in MPS_LABELS:
+        header += [f"daemon, {label}", f"local, {label}",
+                   f"daemon / local, {label}"]
+    out.append("Products/s of all processes together:\n")
+    out.append(table(header, rows))
+    return "\n".join(out)
+
+
 # --- the page -------------------------------------------------------------
 
 def warn(text):
@@ -758,7 +831,9 @@ def build_page(bench_dir, dashboard_dir, page_dir):
         used.append(check_path)
     lora = load_pair(bench_dir, LORA_FILES, load_lora, used)
     native = load_pair(bench_dir, NATIVE_FILES, load_native, used)
-    for name, report in zip(LORA_FILES + NATIVE_FILES, lora + native):
+    many = load_pair(bench_dir, MANY_FILES, load_many, used)
+    for name, report in zip(LORA_FILES + NATIVE_FILES + MANY_FILES,
+                            lora + native + many):
         if report is None:
             warn(f"no {os.path.join(bench_dir, name)}: not on the PyTorch "
                  "section")
@@ -826,6 +901,8 @@ def build_page(bench_dir, dashboard_dir, page_dir):
     page.append(lora_section(lora))
     page.append("### Per call and eight processes\n")
     page.append(native_section(native))
+    page.append("### Many processes, distinct and shared weights\n")
+    page.append(many_section(many))
 
     page.append("## The dashboard against matmul-bench\n")
     page.append(DASHBOARD_METHOD)

@@ -163,7 +163,10 @@ class BenchmarksPageTest(unittest.TestCase):
         (mps) under it."""
         self.write("lora_step.json", bench_fixtures.lora_step())
         self.write("native_speed.json", bench_fixtures.native_speed())
+        self.write("many_processes.json", bench_fixtures.many_processes())
         if mps:
+            self.write("many_processes_mps.json",
+                       bench_fixtures.many_processes(scale=0.25))
             self.write("lora_step_mps.json", bench_fixtures.lora_step(
                 mps_client=True, side_ms={
                     "local": 20.0, "daemon": 30.0, "lists": 16.0,
@@ -228,7 +231,8 @@ class BenchmarksPageTest(unittest.TestCase):
                       "1.25 (1.25..1.25) |", part)
         self.assertIn("| stream-ordered, waited for at the end | 30,000", part)
         for name in ("lora_step.json", "lora_step_mps.json",
-                     "native_speed.json", "native_speed_mps.json"):
+                     "native_speed.json", "native_speed_mps.json",
+                     "many_processes.json", "many_processes_mps.json"):
             self.assertIn(f"[`{name}`](bench/{name})", page)
         # --check as before: current, then stale when a file changes.
         self.assertEqual(self.generate("--check").returncode, 0)
@@ -247,6 +251,8 @@ class BenchmarksPageTest(unittest.TestCase):
                       "`lora_step_mps.json`).", part)
         self.assertIn("Not measured in this run (no `native_speed.json`, no "
                       "`native_speed_mps.json`).", part)
+        self.assertIn("Not measured in this run (no `many_processes.json`, "
+                      "no `many_processes_mps.json`).", part)
         self.assertNotIn("| side |", part)
         self.assertIn("lora_step_mps.json: not on the PyTorch section",
                       result.stderr)
@@ -273,6 +279,45 @@ class BenchmarksPageTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("No eight-process figures in these files.",
                       self.pytorch_part(self.read_page()))
+
+    def test_many_processes_set_mps_beside_without(self):
+        self.write_full_run()
+        self.write("many_processes.json", bench_fixtures.many_processes())
+        result = self.generate()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        part = self.pytorch_part(self.read_page())
+        self.assertIn("Not measured under MPS in this run (no "
+                      "`many_processes_mps.json`).", part)
+        self.assertIn("| distinct | 8 | 80,000 (72,000..88,000) | 40,000 "
+                      "(36,000..44,000) | 2.00 (2.00..2.00) | - | - | - |",
+                      part)
+        self.write("many_processes_mps.json",
+                   bench_fixtures.many_processes(scale=0.25))
+        result = self.generate()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        part = self.pytorch_part(self.read_page())
+        self.assertIn("From `many_processes.json` and "
+                      "`many_processes_mps.json`.", part)
+        self.assertIn("300 products per process per run; median (min..max) "
+                      "of 3 runs", part)
+        self.assertIn("| shared | 1 | 10,000 (9,000..11,000) | 5,000 "
+                      "(4,500..5,500) | 2.00 (2.00..2.00) | 2,500 "
+                      "(2,250..2,750) | 5,000 (4,500..5,500) | 0.50 "
+                      "(0.50..0.50) |", part)
+        rows = [line.split(" |")[0] + line.split(" |")[1] for line in
+                part.splitlines() if line.startswith(("| distinct",
+                                                      "| shared",
+                                                      "| adapter"))]
+        self.assertEqual(rows, ["| distinct 1", "| distinct 8",
+                                "| shared 1", "| shared 8",
+                                "| adapter 1", "| adapter 8"])
+        report = bench_fixtures.many_processes()
+        del report["cases"][2]["ratio"]
+        self.write("many_processes.json", report)
+        result = self.generate()
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('many_processes.json: cases[2]: no "ratio"',
+                      result.stderr)
 
     def test_bad_pytorch_input_names_the_file_and_field(self):
         report = bench_fixtures.lora_step()
