@@ -16,11 +16,11 @@
 #include "absl/time/time.h"
 #include "common/grpc_transport_args.h"
 #include "kernels/gemm_backend.h"
-#include "server/device_lane.h"
-#include "server/in_flight_requests.h"
-#include "server/matmul_service.h"
+#include "server/api/matmul_service.h"
+#include "server/execution/device_lane.h"
 #include "server/metrics/metrics.h"
-#include "server/request_validation.h"
+#include "server/product/in_flight_requests.h"
+#include "server/product/request_validation.h"
 #include "server/transport/unix_socket_listener.h"
 
 namespace matmul {

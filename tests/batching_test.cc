@@ -75,7 +75,8 @@ TEST(BatchingTest, RequestsQueuedTogetherShareALaunchAndGetTheirOwnResults) {
   // other key's 4 run together.
   EXPECT_EQ(largest, 8);
   // A launch's metrics are recorded just after its answers
-  // (server/matmul_runner.cc): the last launch's may still be on the way.
+  // (server/execution/matmul_runner.cc): the last launch's may still be on the
+  // way.
   EXPECT_TRUE(WaitFor([&] {
     return MetricValue(
                daemon.server().metrics().Scrape(),

@@ -31,7 +31,8 @@ TEST(DaemonMetricsTest, ADaemonExportsItsDeviceRequestsAndRegions) {
   EXPECT_FALSE(daemon.client().Matmul(bad, absl::Seconds(30)).ok());
 
   // A launch's metrics are recorded just after its answers
-  // (server/matmul_runner.cc): the last product's may still be on the way.
+  // (server/execution/matmul_runner.cc): the last product's may still be on the
+  // way.
   const std::string flops =
       "matmul_flops_total{device=\"cpu\",shape=\"24x40x56:NN\"}";
   EXPECT_TRUE(WaitFor([&] {

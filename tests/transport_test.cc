@@ -25,7 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_backend.h"
-#include "server/client_quota.h"
+#include "server/admission/client_quota.h"
 #include "server/matmul_server.h"
 #include "server/transport/unix_socket_listener.h"
 #include "tests/test_daemon.h"

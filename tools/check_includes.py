@@ -19,7 +19,14 @@ are skipped) and checks:
   (g) a file under an internal/ folder is included only from the folder
       that holds internal/ and below it (kernels/cuda/backend/internal/x.h
       from kernels/cuda/backend/...): the rest of a room's files are its
-      own, as abseil's internal/ are.
+      own, as abseil's internal/ are;
+  (h) server/'s rooms (SERVER_ROOMS) are layered in the order a request
+      goes down them: a room's files include no room of a higher layer,
+      and from another room only the headers it makes public; tests may
+      reach inside a room, not up the layers;
+  (i) a file under a testing/ folder (a test helper) is included only by
+      tests (*_test.cc, *_fuzzer.cc, tests/) and other test helpers. For
+      the cycle checks a testing/ folder is part of the folder above it.
 
 Only includes that name a file of the tree (paths are relative to the root,
 as the build's include directory is) count; generated headers such as
@@ -51,6 +58,30 @@ SERVER_KERNEL_API = frozenset({
     "kernels/cuda/backend/cuda_backend_options.h",
 })
 
+# server/'s rooms: {room: (layer, headers other rooms may include)}. The
+# root (main and the server's assembly) sits above them all; a request
+# goes from api/ (the gRPC face) down through admission/ and execution/
+# to the backends and back up once.
+SERVER_ROOMS = {
+    "server/api": (4, {"matmul_service.h"}),
+    "server/admission": (3, {"product_admission.h"}),
+    "server/execution": (2, {"device_lane.h", "dynamic_batcher.h",
+                             "executor.h", "matmul_runner.h"}),
+    "server/product": (1, {"bound_list.h", "bound_operands.h",
+                           "in_flight_requests.h", "pending_product.h",
+                           "product_submitter.h", "request_validation.h"}),
+    "server/ring": (1, {"attached_ring.h"}),
+    "server/regions": (0, {"cuda_region_device.h", "region.h",
+                           "region_opener.h", "region_registry.h",
+                           "shm_region.h"}),
+    "server/metrics": (0, {"metrics.h", "metrics_http_server.h"}),
+    "server/backends": (0, {"backend_factory.h", "backend_options.h",
+                            "cuda_versions.h"}),
+    "server/transport": (0, {"peer_credentials.h", "peer_identity.h",
+                             "unix_socket_listener.h"}),
+}
+SERVER_ROOT_LAYER = 5
+
 # (folder whose files include, top folders they may not include from)
 FORBIDDEN = (
     ("client", ("kernels", "server")),
@@ -64,7 +95,53 @@ def top_folder(path):
 
 
 def folder_of(path):
-    return os.path.dirname(path) or "."
+    """A file's folder; a testing/ folder counts as the folder above it."""
+    folder = os.path.dirname(path)
+    if folder == "testing" or folder.endswith("/testing"):
+        folder = os.path.dirname(folder)
+    return folder or "."
+
+
+def is_test(path):
+    name = os.path.basename(path)
+    return (name.endswith(("_test.cc", "_fuzzer.cc")) or
+            path.startswith("tests/") or "/testing/" in path or
+            path.startswith("testing/"))
+
+
+def server_room(path):
+    """(room, layer) of a file under server/, or None elsewhere."""
+    parts = path.split("/")
+    if parts[0] != "server":
+        return None
+    if len(parts) == 2:
+        return "server", SERVER_ROOT_LAYER
+    room = "server/" + parts[1]
+    if room not in SERVER_ROOMS:
+        return room, None
+    return room, SERVER_ROOMS[room][0]
+
+
+def server_room_breaches(path, number, target):
+    """Rule (h) for one include."""
+    source, destination = server_room(path), server_room(target)
+    if source is None or destination is None or source[0] == destination[0]:
+        return []
+    for room, layer in (source, destination):
+        if layer is None:
+            return [f"{path}:{number}: {room}/ is not a room of SERVER_ROOMS "
+                    "in tools/check_includes.py"]
+    if destination[1] > source[1]:
+        return [f"{path}:{number}: {source[0]}/ (layer {source[1]}) may not "
+                f"include {destination[0]}/ (layer {destination[1]}): "
+                f"{target}"]
+    public = SERVER_ROOMS.get(destination[0], (0, set()))[1]
+    if (not is_test(path) and destination[0] in SERVER_ROOMS and
+            target[len(destination[0]) + 1:] not in public):
+        return [f"{path}:{number}: {target} is private to {destination[0]}/;"
+                " include its public headers "
+                f"({', '.join(sorted(public))})"]
+    return []
 
 
 def source_files(root):
@@ -108,7 +185,7 @@ def internal_owner(path):
 
 
 def rule_breaches(edges):
-    """Messages for includes that break rules (a) to (d) and (g)."""
+    """Messages for includes that break rules (a) to (d) and (g) to (i)."""
     breaches = []
     for path, number, target in edges:
         source_top, target_top = top_folder(path), top_folder(target)
@@ -120,6 +197,10 @@ def rule_breaches(edges):
                 target not in SERVER_KERNEL_API):
             breaches.append(f"{path}:{number}: server/ may include from "
                             f"kernels/ only its public headers, not {target}")
+        breaches += server_room_breaches(path, number, target)
+        if "/testing/" in "/" + target and not is_test(path):
+            breaches.append(f"{path}:{number}: {target} is a test helper; "
+                            "only tests may include it")
         owner = internal_owner(target)
         if owner is not None and not (path.startswith(owner + "/") or
                                       (owner == "" and "/" not in path)):

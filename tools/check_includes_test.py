@@ -35,10 +35,10 @@ GOOD_TREE = {
     "kernels/cuda/backend/internal/slots.h": ["kernels/cuda/private.h"],
     "kernels/cuda/backend/cuda_backend.h": [
         "kernels/cuda/private.h", "kernels/cuda/backend/internal/slots.h"],
-    "server/s.cc": ["kernels/cuda/backend/cuda_backend.h", "server/ring/r.h",
+    "server/s.cc": ["kernels/cuda/backend/cuda_backend.h", "server/ring/attached_ring.h",
                     "matmul/v1/matmul.pb.h"],
-    "server/ring/r.h": ["server/transport/t.h"],
-    "server/transport/t.h": ["common/a.h"],
+    "server/ring/attached_ring.h": ["server/transport/peer_credentials.h"],
+    "server/transport/peer_credentials.h": ["common/a.h"],
     "client/c.cc": ["common/gemm/g.h"],
     "tests/t.cc": ["server/s.cc", "client/c.cc"],
 }
@@ -70,12 +70,51 @@ class CheckIncludesTest(unittest.TestCase):
     def test_client_may_not_include_kernels_or_server(self):
         self.assert_breach({"client/c.cc": ["kernels/gemm_backend.h"]},
                            "client/ may not include kernels/")
-        self.assert_breach({"client/c.cc": ["server/transport/t.h"]},
+        self.assert_breach({"client/c.cc": ["server/transport/peer_credentials.h"]},
                            "client/ may not include server/")
 
     def test_server_uses_only_the_public_kernel_headers(self):
         self.assert_breach({"server/s.cc": ["kernels/cuda/private.h"]},
                            "not kernels/cuda/private.h")
+
+    def test_server_rooms_are_layered(self):
+        self.assert_breach(
+            {"server/execution/device_lane.h": [
+                "server/admission/product_admission.h"],
+             "server/admission/product_admission.h": []},
+            "server/execution/ (layer 2) may not include server/admission/ "
+            "(layer 3)")
+
+    def test_a_rooms_private_headers_are_its_own(self):
+        tree = {"server/admission/client_quota.h": [],
+                "server/api/matmul_service.h": [
+                    "server/admission/client_quota.h"]}
+        self.assert_breach(tree, "server/admission/client_quota.h is private "
+                           "to server/admission/")
+        # Tests may reach inside a room.
+        code, _, err = self.run_check(dict(GOOD_TREE, **{
+            "server/admission/client_quota.h": [],
+            "server/api/quota_test.cc": ["server/admission/client_quota.h"]}))
+        self.assertEqual(code, 0, err)
+
+    def test_a_new_server_folder_must_be_a_room(self):
+        self.assert_breach(
+            {"server/newroom/x.h": ["server/transport/peer_credentials.h"]},
+            "server/newroom/ is not a room of SERVER_ROOMS")
+
+    def test_test_helpers_are_for_tests_only(self):
+        helper = {"server/regions/testing/test_region.h": [
+            "server/regions/region.h"], "server/regions/region.h": []}
+        self.assert_breach(
+            dict(helper, **{"server/api/matmul_service.cc": [
+                "server/regions/testing/test_region.h"]}),
+            "server/regions/testing/test_region.h is a test helper")
+        # A room's tests use its helpers, and the helper folder is part of
+        # the room: no folder cycle.
+        code, _, err = self.run_check(dict(GOOD_TREE, **helper, **{
+            "server/regions/region_test.cc": [
+                "server/regions/testing/test_region.h"]}))
+        self.assertEqual(code, 0, err)
 
     def test_kernels_may_not_include_server_or_client(self):
         self.assert_breach({"kernels/cuda/private.h": ["client/c.cc"]},
@@ -98,7 +137,7 @@ class CheckIncludesTest(unittest.TestCase):
 
     def test_a_folder_cycle_is_reported_with_its_includes(self):
         self.assert_breach(
-            {"server/transport/t.h": ["server/s.cc"]},
+            {"server/transport/peer_credentials.h": ["server/s.cc"]},
             "include cycle between folders: server, server/ring, "
             "server/transport")
 

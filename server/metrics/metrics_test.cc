@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/metrics/test_exposition.h"
+#include "server/metrics/testing/test_exposition.h"
 
 namespace matmul {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/regions/test_region.h"
+#include "server/regions/testing/test_region.h"
 
 namespace matmul {
 namespace {

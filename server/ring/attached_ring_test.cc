@@ -23,7 +23,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/ring/hand_made_ring.h"
+#include "server/ring/testing/hand_made_ring.h"
 
 namespace matmul {
 namespace {

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "matmul/v1/matmul.pb.h"
-#include "server/bound_operands.h"
+#include "server/product/bound_operands.h"
+#include "server/product/request_validation.h"
 #include "server/regions/region.h"
 #include "server/regions/region_registry.h"
-#include "server/request_validation.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace matmul {

@@ -10,7 +10,7 @@
 
 #include "kernels/gemm_list.h"
 #include "matmul/v1/matmul.pb.h"
-#include "server/request_validation.h"
+#include "server/product/request_validation.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace matmul {

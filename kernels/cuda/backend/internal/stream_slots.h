@@ -1,8 +1,8 @@
 // The CUDA backend's stream slots: what one call in flight uses alone (a
 // stream, its timing events, a workspace and staging buffers), pooled so
 // that up to `count` calls run at once and further callers wait for a free
-// slot. Not to be confused with server/device_lane.h's DeviceLane, which
-// is one per GPU: a GPU's backend has several stream slots.
+// slot. Not to be confused with server/execution/device_lane.h's DeviceLane,
+// which is one per GPU: a GPU's backend has several stream slots.
 #ifndef MATMUL_KERNELS_CUDA_BACKEND_INTERNAL_STREAM_SLOTS_H_
 #define MATMUL_KERNELS_CUDA_BACKEND_INTERNAL_STREAM_SLOTS_H_
 
