@@ -90,12 +90,13 @@ class GemmBackend {
   using LaunchDone = absl::AnyInvocable<void(absl::StatusOr<GemmRunInfo>) &&>;
 
   // RunBatch that may return before the launch is complete: `done` then
-  // runs later on a thread of the backend's (the CUDA backend's for single
+  // runs later on a thread of the backend's (the CUDA backend's for
   // products on the device, whose ends it polls), so that the caller can
-  // launch the next product meanwhile. A launch of several products, and
-  // any failure to launch, runs `done` on the calling thread before
-  // StartBatch returns. The problems must outlive `done`'s call. This
-  // default runs RunBatch, then `done`.
+  // launch the next product meanwhile; it must not block there. Any
+  // failure to launch runs `done` on the calling thread before StartBatch
+  // returns; a launch of several that fails on the backend's thread fails
+  // as the device does (each product would alone). The problems must
+  // outlive `done`'s call. This default runs RunBatch, then `done`.
   virtual void StartBatch(absl::Span<const GemmProblem* const> problems,
                           bool on_device, LaunchDone done) {
     std::move(done)(RunBatch(problems, on_device));

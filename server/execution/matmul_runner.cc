@@ -1,5 +1,6 @@
 #include "server/execution/matmul_runner.h"
 
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -178,12 +179,14 @@ void MatmulRunner::StartLaunch(
     outstanding_ += 2;
   }
   const absl::Time launched = absl::Now();
+  const std::thread::id launcher = std::this_thread::get_id();
   // The products move into the completion, which may run on a thread of
   // the backend's once the launch is complete.
   backend_.StartBatch(problems, on_device,
-                      [this, live = std::move(live), started,
-                       launched](absl::StatusOr<GemmRunInfo> run) mutable {
-                        FinishLaunch(live, started, launched, std::move(run));
+                      [this, live = std::move(live), started, launched,
+                       launcher](absl::StatusOr<GemmRunInfo> run) mutable {
+                        FinishLaunch(live, started, launched, launcher,
+                                     std::move(run));
                         absl::MutexLock lock(&mu_);
                         --outstanding_;
                       });
@@ -195,7 +198,8 @@ void MatmulRunner::StartLaunch(
 
 void MatmulRunner::FinishLaunch(
     std::vector<std::unique_ptr<PendingProduct>>& live, absl::Time started,
-    absl::Time launched, absl::StatusOr<GemmRunInfo> run) {
+    absl::Time launched, std::thread::id launcher,
+    absl::StatusOr<GemmRunInfo> run) {
   const absl::Time ran = absl::Now();
   if (!run.ok() && IsDeviceLost(run.status())) {
     std::vector<PendingProduct*> products;
@@ -205,9 +209,11 @@ void MatmulRunner::FinishLaunch(
     DeviceLost(products, run.status());
     return;
   }
-  // A launch of several completes on the thread that started it
-  // (GemmBackend::StartBatch), so these retries start from a worker.
-  if (!run.ok() && live.size() > 1) {
+  // A launch of several that failed as it started fails on the thread that
+  // started it (GemmBackend::StartBatch), so these retries start from a
+  // worker; one that failed later, on the backend's thread, failed as the
+  // device does, and each product is answered so.
+  if (!run.ok() && live.size() > 1 && std::this_thread::get_id() == launcher) {
     for (std::unique_ptr<PendingProduct>& product : live) {
       if (AnswerIfStale(*product, absl::Now())) continue;
       std::vector<std::unique_ptr<PendingProduct>> one;
@@ -217,7 +223,9 @@ void MatmulRunner::FinishLaunch(
     return;
   }
   if (!run.ok()) {
-    std::move(live.front()->finish)(BackendFailure(run.status()));
+    for (std::unique_ptr<PendingProduct>& product : live) {
+      std::move(product->finish)(BackendFailure(run.status()));
+    }
     return;
   }
   const GemmProblem& shape = live.front()->plan.problem;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -52,11 +53,11 @@ class MatmulRunner {
   void StartLaunch(std::vector<std::unique_ptr<PendingProduct>> live,
                    absl::Time started);
   // Answers each of `live` with the launch's outcome; when a launch of
-  // several failed, retries them one by one so that one bad product cannot
-  // fail the others.
+  // several failed on `launcher`, the worker that started it, retries them
+  // one by one there so that one bad product cannot fail the others.
   void FinishLaunch(std::vector<std::unique_ptr<PendingProduct>>& live,
                     absl::Time started, absl::Time launched,
-                    absl::StatusOr<GemmRunInfo> run);
+                    std::thread::id launcher, absl::StatusOr<GemmRunInfo> run);
   // Runs a product list (PendingProduct::list) and answers it.
   void RunList(PendingProduct& product, absl::Time started);
   // The backend's failure as answered: "<backend> backend: <message>".

@@ -45,16 +45,17 @@ class FakeBackend final : public GemmBackend {
     return run;
   }
 
-  // With `defer`, a launch of one product completes only when the test
-  // calls CompleteDeferred, as a GPU backend's completion thread would.
+  // With `defer`, a launch completes only when the test calls
+  // CompleteDeferred, as a GPU backend's completion thread would.
   void StartBatch(absl::Span<const GemmProblem* const> problems, bool on_device,
                   LaunchDone done) override {
-    if (!defer || problems.size() != 1) {
+    if (!defer) {
       GemmBackend::StartBatch(problems, on_device, std::move(done));
       return;
     }
     absl::MutexLock lock(&mu_);
-    deferred_.push_back({problems.front(), on_device, std::move(done)});
+    deferred_.push_back(
+        {{problems.begin(), problems.end()}, on_device, std::move(done)});
   }
   // Runs the deferred launches and their completions on this thread.
   void CompleteDeferred() {
@@ -64,8 +65,7 @@ class FakeBackend final : public GemmBackend {
       deferred.swap(deferred_);
     }
     for (Deferred& launch : deferred) {
-      const GemmProblem* one[] = {launch.problem};
-      std::move(launch.done)(RunBatch(one, launch.on_device));
+      std::move(launch.done)(RunBatch(launch.problems, launch.on_device));
     }
   }
 
@@ -75,7 +75,7 @@ class FakeBackend final : public GemmBackend {
 
  private:
   struct Deferred {
-    const GemmProblem* problem;
+    std::vector<const GemmProblem*> problems;
     bool on_device;
     LaunchDone done;
   };
@@ -243,6 +243,30 @@ TEST_F(MatmulRunnerTest, AFailedLaunchIsRetriedOneByOne) {
   EXPECT_TRUE(calls[2]->status->ok());
   EXPECT_EQ(calls[2]->response.batch_size(), 1u);
   EXPECT_LT(Error(*calls[2]), 1e-2);
+}
+
+// A launch of several that fails once queued, on the backend's thread,
+// failed as the device does: each product is answered so, none retried
+// there (that thread must not block on a launch).
+TEST_F(MatmulRunnerTest, ALaunchOfSeveralFailedOnAnotherThreadAnswersEach) {
+  backend_.defer = true;
+  MatmulRunner runner(backend_, *metrics_, 0);
+  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::unique_ptr<PendingProduct>> batch;
+  for (uint64_t id = 1; id <= 3; ++id) {
+    calls.push_back(NewCall(id));
+    if (id == 2) calls.back()->request.set_alpha(kPoisonAlpha);
+    batch.push_back(Pending(*calls.back()));
+  }
+  runner.RunBatch(std::move(batch));
+  std::thread completer([this] { backend_.CompleteDeferred(); });
+  completer.join();
+  EXPECT_THAT(backend_.launches, ::testing::ElementsAre(3));
+  for (const std::unique_ptr<Call>& call : calls) {
+    ASSERT_TRUE(call->status.has_value());
+    EXPECT_EQ(call->status->code(), absl::StatusCode::kInternal);
+    EXPECT_EQ(call->status->message(), "fake backend: poisoned");
+  }
 }
 
 TEST_F(MatmulRunnerTest, ALostDeviceAnswersUnavailableFromThenOn) {

@@ -173,42 +173,43 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
 
 void CudaBackend::StartBatch(absl::Span<const GemmProblem* const> problems,
                              bool on_device, LaunchDone done) {
-  if (!options_.pipeline || !on_device || problems.size() != 1 ||
-      schedule_->RunsSerially(*problems.front())) {
+  if (!options_.pipeline || !on_device || problems.empty() ||
+      schedule_->RunsSerially(*problems.front()) ||
+      (problems.size() > 1 && FillsDevice(*problems.front()))) {
     std::move(done)(RunBatch(problems, on_device));
     return;
   }
-  if (absl::Status status = StartOne(*problems.front(), done); !status.ok()) {
-    std::move(done)(std::move(status));
-  }
+  const absl::Status status = problems.size() == 1
+                                  ? StartOne(*problems.front(), done)
+                                  : StartCombined(problems, done);
+  if (!status.ok()) std::move(done)(status);
 }
 
-namespace {
+namespace {}  // namespace
 
-// A product StartOne queued, until the completion poller has seen it end.
-struct QueuedProduct {
-  QueuedProduct(StreamSlotLease lease, const GemmProblem& problem)
-      : lease(std::move(lease)), problem(&problem) {}
+// What StartOne or StartCombined queued on one slot, until the completion
+// poller has seen it end.
+struct CudaBackend::QueuedProducts {
+  QueuedProducts(StreamSlotLease lease,
+                 absl::Span<const GemmProblem* const> problems)
+      : lease(std::move(lease)), problems(problems.begin(), problems.end()) {}
   StreamSlotLease lease;
-  const GemmProblem* problem;
+  std::vector<const GemmProblem*> problems;
   std::optional<KernelOperands> operands;
   std::string kernel;
-  // Set when the product waits for its client's stream on the GPU.
+  // Set when products wait for their clients' streams on the GPU.
   std::optional<QueuedWaitWatch> watch;
   GemmBackend::LaunchDone done;
 };
-
-}  // namespace
 
 absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
   RETURN_IF_ERROR(ValidateForCuda(p));
   ASSIGN_OR_RETURN(const bool wait_on_gpu, AwaitClientStream(p));
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
-  auto owned = std::make_unique<QueuedProduct>(std::move(lease), p);
-  QueuedProduct* queued = owned.get();
+  const GemmProblem* one[] = {&p};
+  auto queued = std::make_unique<QueuedProducts>(std::move(lease), one);
   StreamSlot& slot = queued->lease.slot();
   cudaStream_t stream = slot.stream.get();
-  const GemmProblem* one[] = {&p};
   const bool ordered = p.stream_order != nullptr;
   // As RunOneOnSlot queues it: the wait for the client's stream (before
   // the gathers, which read its operands too), the gathers, the product
@@ -238,6 +239,65 @@ absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
     return status;
   }
   queued->done = std::move(done);
+  Watch(std::move(queued));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::StartCombined(
+    absl::Span<const GemmProblem* const> problems, LaunchDone& done) {
+  // Stream-ordered products are batched only when their clients' streams
+  // had got there when they were admitted (the admission's placement), so
+  // this wait on the CPU returns at once, and nothing that can give up is
+  // left on the GPU: once queued, the launch fails only as the device
+  // does.
+  RETURN_IF_ERROR(WaitForClientStreams(problems));
+  std::vector<const GemmProblem*> ordered;
+  for (const GemmProblem* p : problems) {
+    if (p->stream_order != nullptr) ordered.push_back(p);
+  }
+  ASSIGN_OR_RETURN(CombinedProblem combined,
+                   CombinedProblem::Combine(problems));
+  RETURN_IF_ERROR(ValidateForCuda(combined.problem()));
+  ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
+  auto queued = std::make_unique<QueuedProducts>(std::move(lease), problems);
+  StreamSlot& slot = queued->lease.slot();
+  cudaStream_t stream = slot.stream.get();
+  // As RunBatch runs them, queued: the pointer arrays, the product
+  // (stacked or pointer-array) between the slot's events, the scatters,
+  // the signals.
+  auto queue = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(const GemmProblem arrays,
+                     CopyPointerArrays(combined, slot));
+    const void* shared_b = StackedB(combined);
+    GemmProblem run = arrays;
+    if (shared_b != nullptr) {
+      ASSIGN_OR_RETURN(run, QueueStackIn(arrays, shared_b, slot));
+    }
+    ASSIGN_OR_RETURN(KernelOperands operands,
+                     KernelOperands::Gather(run, stream));
+    queued->operands.emplace(std::move(operands));
+    ASSIGN_OR_RETURN(queued->kernel,
+                     schedule_->QueueTimed(queued->operands->problem(), slot));
+    RETURN_IF_ERROR(queued->operands->ScatterC(stream));
+    if (shared_b != nullptr) {
+      RETURN_IF_ERROR(QueueStackOut(arrays, slot, stream));
+      queued->kernel = absl::StrCat(queued->kernel, "+stacked");
+    }
+    if (!ordered.empty() && driver_api_.ok()) {
+      RETURN_IF_ERROR(QueueClientSignals(*driver_api_, ordered, stream));
+    }
+    return absl::OkStatus();
+  };
+  const absl::Status status = queue();
+  for (const GemmProblem* p : ordered) p->stream_order->launch.MarkLaunched();
+  RETURN_IF_ERROR(status);
+  queued->done = std::move(done);
+  Watch(std::move(queued));
+  return absl::OkStatus();
+}
+
+void CudaBackend::Watch(std::unique_ptr<QueuedProducts> owned) {
+  QueuedProducts* queued = owned.get();
   queued->lease.RestoreDevice();
   completions_->Add(
       {.ready =
@@ -252,9 +312,8 @@ absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
        },
        .complete =
            [owned = std::move(owned)]() mutable {
-             QueuedProduct* queued = owned.get();
+             QueuedProducts* queued = owned.get();
              StreamSlot& slot = queued->lease.slot();
-             const GemmProblem* one[] = {queued->problem};
              auto finish = [&]() -> absl::StatusOr<GemmRunInfo> {
                // A client given up on: its product ran, unasked for.
                if (queued->watch) RETURN_IF_ERROR(queued->watch->status());
@@ -265,7 +324,7 @@ absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
                ASSIGN_OR_RETURN(
                    info.kernel_seconds,
                    CudaEvent::ElapsedSeconds(slot.start, slot.stop));
-               StoreClientSignals(one);
+               StoreClientSignals(queued->problems);
                return info;
              };
              absl::StatusOr<GemmRunInfo> info = finish();
@@ -275,7 +334,6 @@ absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
              owned.reset();
              std::move(done)(std::move(info));
            }});
-  return absl::OkStatus();
 }
 
 absl::StatusOr<bool> CudaBackend::AwaitClientStream(const GemmProblem& p) {
@@ -384,6 +442,25 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunBatch(
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunCombined(
     const CombinedProblem& combined, StreamSlot& slot) {
+  ASSIGN_OR_RETURN(const GemmProblem p, CopyPointerArrays(combined, slot));
+  const void* shared_b = StackedB(combined);
+  if (shared_b == nullptr) {
+    return RunDeviceOnSlot(p, slot, /*after_slot_work=*/true);  // the arrays
+  }
+  ASSIGN_OR_RETURN(const GemmProblem stacked, QueueStackIn(p, shared_b, slot));
+  // The scatter follows the product on the slot's stream, and the outputs
+  // are complete when we return, as the contract says.
+  ASSIGN_OR_RETURN(GemmRunInfo info,
+                   RunDeviceOnSlot(stacked, slot, /*after_slot_work=*/true,
+                                   [&](cudaStream_t slot_stream) {
+                                     return QueueStackOut(p, slot, slot_stream);
+                                   }));
+  info.kernel = absl::StrCat(info.kernel, "+stacked");
+  return info;
+}
+
+absl::StatusOr<GemmProblem> CudaBackend::CopyPointerArrays(
+    const CombinedProblem& combined, StreamSlot& slot) {
   // The kernels read the pointer arrays on the device: copy all three into
   // the slot's buffer (from pageable memory the copy has consumed the host
   // arrays when the call returns).
@@ -407,14 +484,17 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunCombined(
   p.a.pointers = arrays;
   p.b.pointers = arrays + entries;
   p.c.pointers = const_cast<void* const*>(arrays + 2 * entries);
+  return p;
+}
+
+const void* CudaBackend::StackedB(const CombinedProblem& combined) {
+  const GemmProblem& p = combined.problem();
   const std::vector<const void*>& bs = combined.b_pointers();
   const bool shared_b = std::all_of(
       bs.begin(), bs.end(), [&](const void* b) { return b == bs.front(); });
   // Stacking moves A and C twice more (gather, scatter) to read B once.
-  if (shared_b && 2 * p.m * (p.k + p.n) <= p.k * p.n) {
-    return RunStacked(p, bs.front(), slot);
-  }
-  return RunDeviceOnSlot(p, slot, /*after_slot_work=*/true);  // the arrays
+  if (shared_b && 2 * p.m * (p.k + p.n) <= p.k * p.n) return bs.front();
+  return nullptr;
 }
 
 namespace {
@@ -432,54 +512,46 @@ int64_t StackedEntries(int64_t entries) {
 
 }  // namespace
 
-absl::StatusOr<GemmRunInfo> CudaBackend::RunStacked(const GemmProblem& p,
-                                                    const void* shared_b,
-                                                    StreamSlot& slot) {
+absl::StatusOr<GemmProblem> CudaBackend::QueueStackIn(const GemmProblem& p,
+                                                      const void* shared_b,
+                                                      StreamSlot& slot) {
   cudaStream_t stream = slot.stream.get();
   const int64_t entries = p.batch;
   const int64_t rows = StackedEntries(entries) * p.m;
   const int c_element = static_cast<int>(DTypeSize(p.c_dtype));
-  const Strides a_dense{p.m * p.k, p.k, 1};
-  const Strides c_dense{p.m * p.n, p.n, 1};
   // The slot's staging buffers (kept between calls: stream-ordered
   // allocations went back to the driver at every synchronize, and mapping
   // them again cost more than the gather).
   RETURN_IF_ERROR(slot.a_buffer.Reserve(rows * p.k * 2));
   RETURN_IF_ERROR(slot.c_buffer.Reserve(rows * p.n * c_element));
-  DeviceBuffer& a_stack = slot.a_buffer;
-  DeviceBuffer& c_stack = slot.c_buffer;
   // Entry e's A becomes rows [e * m, (e + 1) * m) of one row-major matrix.
-  RETURN_IF_ERROR(CopyMatrix(
-      {nullptr, p.a.pointers, p.a.strides, p.a.pointer_alignment},
-      {a_stack.data(), nullptr, a_dense}, entries, p.m, p.k, 2, stream));
-  const MutableStridedView c_entries{nullptr, p.c.pointers, p.c.strides,
-                                     p.c.pointer_alignment};
+  RETURN_IF_ERROR(
+      CopyMatrix({nullptr, p.a.pointers, p.a.strides, p.a.pointer_alignment},
+                 {slot.a_buffer.data(), nullptr, {p.m * p.k, p.k, 1}}, entries,
+                 p.m, p.k, 2, stream));
   if (p.beta != 0.0f) {
     RETURN_IF_ERROR(
         CopyMatrix({nullptr, const_cast<const void* const*>(p.c.pointers),
                     p.c.strides, p.c.pointer_alignment},
-                   {c_stack.data(), nullptr, c_dense}, entries, p.m, p.n,
-                   c_element, stream));
+                   {slot.c_buffer.data(), nullptr, {p.m * p.n, p.n, 1}},
+                   entries, p.m, p.n, c_element, stream));
   }
   GemmProblem stacked = p;
   stacked.batch = 1;
   stacked.m = rows;
-  stacked.a = {.data = a_stack.data(), .strides = {0, p.k, 1}};
+  stacked.a = {.data = slot.a_buffer.data(), .strides = {0, p.k, 1}};
   stacked.b = {.data = shared_b,
                .strides = {0, p.b.strides.row, p.b.strides.col}};
-  stacked.c = {.data = c_stack.data(), .strides = {0, p.n, 1}};
-  // The scatter follows the product on the slot's stream, and the outputs
-  // are complete when we return, as the contract says.
-  ASSIGN_OR_RETURN(GemmRunInfo info,
-                   RunDeviceOnSlot(stacked, slot, /*after_slot_work=*/true,
-                                   [&](cudaStream_t slot_stream) {
-                                     return CopyMatrix(
-                                         {c_stack.data(), nullptr, c_dense},
-                                         c_entries, entries, p.m, p.n,
-                                         c_element, slot_stream);
-                                   }));
-  info.kernel = absl::StrCat(info.kernel, "+stacked");
-  return info;
+  stacked.c = {.data = slot.c_buffer.data(), .strides = {0, p.n, 1}};
+  return stacked;
+}
+
+absl::Status CudaBackend::QueueStackOut(const GemmProblem& p, StreamSlot& slot,
+                                        cudaStream_t stream) {
+  const int c_element = static_cast<int>(DTypeSize(p.c_dtype));
+  return CopyMatrix({slot.c_buffer.data(), nullptr, {p.m * p.n, p.n, 1}},
+                    {nullptr, p.c.pointers, p.c.strides, p.c.pointer_alignment},
+                    p.batch, p.m, p.n, c_element, stream);
 }
 
 absl::StatusOr<GemmRunInfo> CudaBackend::RunDeviceOnSlot(

@@ -77,12 +77,13 @@ class CudaBackend : public GemmBackend {
   absl::StatusOr<GemmRunInfo> RunBatch(
       absl::Span<const GemmProblem* const> problems, bool on_device) override;
 
-  // See GemmBackend::StartBatch. A single product on the device that does
-  // not run on the shared serial stream is queued (after any wait for its
-  // client's stream on the CPU, as RunDevice would) and left to the
-  // completion poller, which notices its stream's end and runs `done`;
-  // the slot stays the product's until then. Everything else runs as
-  // RunBatch, on the calling thread.
+  // See GemmBackend::StartBatch. Products on the device that do not run on
+  // the shared serial stream (nor, several, each alone: FillsDevice) are
+  // queued on a slot as RunBatch would run them (after any wait for their
+  // clients' streams on the CPU) and left to the completion poller, which
+  // notices the slot's stream's end and runs `done`; the slot stays
+  // theirs until then. Everything else runs as RunBatch, on the calling
+  // thread.
   void StartBatch(absl::Span<const GemmProblem* const> problems, bool on_device,
                   LaunchDone done) override;
 
@@ -116,12 +117,25 @@ class CudaBackend : public GemmBackend {
   // (the caller waits before it takes the slot).
   absl::StatusOr<GemmRunInfo> RunOneOnSlot(const GemmProblem& problem,
                                            StreamSlot& slot, bool wait_on_gpu);
-  // StartBatch's queued path; moves from `done` only when it queued the
-  // product, and returns why it did not otherwise.
+  // StartBatch's queued paths, for one product and for several of one
+  // BatchKey (one launch, as RunBatch): each moves from `done` only when
+  // it queued the products, and returns why it did not otherwise.
   absl::Status StartOne(const GemmProblem& problem, LaunchDone& done);
-  // Several products of one BatchKey as one pointer-array launch.
+  absl::Status StartCombined(absl::Span<const GemmProblem* const> problems,
+                             LaunchDone& done);
+  // Hands what StartOne or StartCombined queued to the completion poller.
+  struct QueuedProducts;
+  void Watch(std::unique_ptr<QueuedProducts> queued);
+  // Several products of one BatchKey as one pointer-array launch, or one
+  // stacked product (StackedB).
   absl::StatusOr<GemmRunInfo> RunCombined(const CombinedProblem& combined,
                                           StreamSlot& slot);
+  // `combined` with its pointer arrays copied into the slot's buffer.
+  absl::StatusOr<GemmProblem> CopyPointerArrays(const CombinedProblem& combined,
+                                                StreamSlot& slot);
+  // The B every product of `combined` reads, when stacking their A's pays
+  // (B outweighs their A and C); null otherwise.
+  static const void* StackedB(const CombinedProblem& combined);
   // True when `problem` alone has a wave of 128x128 tiles for the device.
   bool FillsDevice(const GemmProblem& problem) const;
   // Gathers what `problem` needs into the form the kernels take, runs it
@@ -141,11 +155,15 @@ class CudaBackend : public GemmBackend {
   // offers stream memory operations. It then does, once every earlier
   // product of the client is launched.
   bool MayWaitOnGpu(const GemmProblem& problem) const;
-  // `batched`: a pointer-array product (arrays on the device) whose entries
-  // all read B at `shared_b`; runs as one stacked product (see above).
-  absl::StatusOr<GemmRunInfo> RunStacked(const GemmProblem& batched,
-                                         const void* shared_b,
-                                         StreamSlot& slot);
+  // For `batched`, a pointer-array product (arrays on the device) whose
+  // entries all read B at `shared_b`: queues the gather of its A's (and
+  // C's, with beta) into the slot's buffers and returns the one stacked
+  // product over them; QueueStackOut queues the scatter of its C back.
+  absl::StatusOr<GemmProblem> QueueStackIn(const GemmProblem& batched,
+                                           const void* shared_b,
+                                           StreamSlot& slot);
+  absl::Status QueueStackOut(const GemmProblem& batched, StreamSlot& slot,
+                             cudaStream_t stream);
 
   const CudaBackendOptions options_;
   const DeviceInfo info_;

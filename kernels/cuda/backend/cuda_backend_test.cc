@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/bf16.h"
 #include "common/gemm/reference_gemm.h"
 #include "gtest/gtest.h"
@@ -366,8 +367,9 @@ TEST_F(CudaBackendTest, RandomDeviceCases) {
 
 // StartBatch's pipeline: single device products queued back to back from
 // one thread, more of them than there are slots, each answered on the
-// completion poller's thread once its output is complete; a batch of two
-// and a staged product complete on the calling thread.
+// completion poller's thread once its output is complete, and so are
+// batches of one launch; a staged product completes on the calling
+// thread.
 TEST_F(CudaBackendTest, StartBatchCompletesQueuedProductsOffTheCaller) {
   CudaBackendOptions options;
   options.selector.background_tuning = false;
@@ -419,32 +421,65 @@ TEST_F(CudaBackendTest, StartBatchCompletesQueuedProductsOffTheCaller) {
     EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
   }
 
-  // Two products of one shape: one launch, complete before the return.
+  // Batches of one shape: one launch each (pointer arrays; stacked where
+  // they share B), queued and answered off the caller as well.
   ProblemSpec spec;
-  spec.m = 64;
-  spec.n = 96;
-  spec.k = 128;
-  auto first = MakeHostProblem(spec, rng_);
-  auto second = MakeHostProblem(spec, rng_);
-  auto first_device = ::matmul::cuda::testing::Upload(first);
-  auto second_device = ::matmul::cuda::testing::Upload(second);
-  ASSERT_TRUE(first_device.ok() && second_device.ok());
-  const GemmProblem* two[] = {&first_device->problem, &second_device->problem};
-  bool ran_here = false;
-  (*backend)->StartBatch(two, /*on_device=*/true,
-                         [&](absl::StatusOr<GemmRunInfo> run) {
-                           EXPECT_TRUE(run.ok()) << run.status();
-                           ran_here = std::this_thread::get_id() == caller;
-                         });
-  EXPECT_TRUE(ran_here);
-  ASSERT_TRUE(::matmul::cuda::testing::Download(*first_device, first).ok());
-  ASSERT_TRUE(::matmul::cuda::testing::Download(*second_device, second).ok());
-  EXPECT_LT(::matmul::cuda::testing::CheckError(first), 1e-2);
-  EXPECT_LT(::matmul::cuda::testing::CheckError(second), 1e-2);
+  spec.m = 16;
+  spec.n = 512;
+  spec.k = 512;
+  spec.b = OperandLayout::kColMajor;
+  for (bool shared_b : {false, true}) {
+    SCOPED_TRACE(shared_b ? "sharing B" : "own B's");
+    constexpr int kBatch = 3;
+    std::vector<::matmul::cuda::testing::HostProblem> batch_hosts;
+    std::vector<::matmul::cuda::testing::DeviceProblem> batch_devices;
+    batch_hosts.reserve(kBatch);
+    batch_devices.reserve(kBatch);
+    std::vector<const GemmProblem*> batch;
+    for (int i = 0; i < kBatch; ++i) {
+      batch_hosts.push_back(MakeHostProblem(spec, rng_));
+      if (shared_b) {
+        std::copy(batch_hosts.front().b.begin(), batch_hosts.front().b.end(),
+                  batch_hosts.back().b.begin());
+      }
+      auto device = ::matmul::cuda::testing::Upload(batch_hosts.back());
+      ASSERT_TRUE(device.ok()) << device.status();
+      batch_devices.push_back(*std::move(device));
+      if (shared_b) {
+        batch_devices.back().problem.b.data =
+            batch_devices.front().problem.b.data;
+      }
+      batch.push_back(&batch_devices.back().problem);
+    }
+    absl::Notification batch_answered;
+    absl::StatusOr<GemmRunInfo> run;
+    bool ran_here = true;
+    (*backend)->StartBatch(batch, /*on_device=*/true,
+                           [&](absl::StatusOr<GemmRunInfo> result) {
+                             run = std::move(result);
+                             ran_here = std::this_thread::get_id() == caller;
+                             batch_answered.Notify();
+                           });
+    ASSERT_TRUE(
+        batch_answered.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_FALSE(ran_here);
+    EXPECT_GT(run->kernel_seconds, 0.0);
+    EXPECT_EQ(run->kernel.find("+stacked") != std::string::npos, shared_b)
+        << run->kernel;
+    for (int i = 0; i < kBatch; ++i) {
+      ASSERT_TRUE(
+          ::matmul::cuda::testing::Download(batch_devices[i], batch_hosts[i])
+              .ok());
+      EXPECT_LT(::matmul::cuda::testing::CheckError(batch_hosts[i]), 1e-2)
+          << "product " << i;
+      EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(batch_hosts[i]));
+    }
+  }
 
+  bool ran_here = false;
   auto staged = MakeHostProblem(spec, rng_);
   const GemmProblem* host_one[] = {&staged.problem};
-  ran_here = false;
   (*backend)->StartBatch(host_one, /*on_device=*/false,
                          [&](absl::StatusOr<GemmRunInfo> run) {
                            EXPECT_TRUE(run.ok()) << run.status();
