@@ -26,7 +26,9 @@ are skipped) and checks:
       reach inside a room, not up the layers;
   (i) a file under a testing/ folder (a test helper) is included only by
       tests (*_test.cc, *_fuzzer.cc, tests/) and other test helpers. For
-      the cycle checks a testing/ folder is part of the folder above it.
+      the cycle checks a testing/ folder is part of the folder above it;
+  (j) every path the README's "Map of a request" names (`a/b.cc`,
+      `a/b/`) exists, so that the map stays true as files move.
 
 Only includes that name a file of the tree (paths are relative to the root,
 as the build's include directory is) count; generated headers such as
@@ -313,6 +315,27 @@ def module_cycle_breaches(edges):
     return breaches
 
 
+MAP_SECTION = "## Map of a request"
+MAP_PATH = re.compile(r"`([\w.-]+(?:/[\w.-]+)*/(?:[\w.-]+)?)`")
+
+
+def readme_map_breaches(root):
+    """Rule (j): the README's map names only paths that exist."""
+    try:
+        with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return []
+    start = text.find(MAP_SECTION + "\n")
+    if start < 0:
+        return [f"README.md has no '{MAP_SECTION}' section"]
+    end = text.find("\n## ", start + 1)
+    section = text[start:end if end >= 0 else len(text)]
+    return [f"README.md's map names {path}, which does not exist"
+            for path in MAP_PATH.findall(section)
+            if not os.path.exists(os.path.join(root, path))]
+
+
 def print_graph(graph, out):
     rows = sorted(graph.items())
     width_from = max([len("from")] + [len(s) for (s, _), _ in rows])
@@ -346,7 +369,7 @@ def main(argv):
     if args.graph:
         print_graph(graph, sys.stdout)
     breaches = (rule_breaches(edges) + cycle_breaches(edges, graph) +
-                module_cycle_breaches(edges))
+                module_cycle_breaches(edges) + readme_map_breaches(args.root))
     for breach in breaches:
         print(breach, file=sys.stderr)
     if breaches:

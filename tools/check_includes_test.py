@@ -16,8 +16,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_includes  # noqa: E402
 
 
-def make_tree(root, files):
-    """files: {path: [included paths]}"""
+def make_tree(root, files, readme=None):
+    """files: {path: [included paths]}; readme: README.md's text (a map
+    naming one file of the tree when None)."""
+    with open(os.path.join(root, "README.md"), "w", encoding="utf-8") as out:
+        out.write(readme if readme is not None else
+                  "# x\n\n## Map of a request\n\n`common/a.h`, `server/`\n")
     for path, included in files.items():
         full = os.path.join(root, path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
@@ -46,9 +50,9 @@ GOOD_TREE = {
 
 class CheckIncludesTest(unittest.TestCase):
 
-    def run_check(self, files, *extra):
+    def run_check(self, files, *extra, readme=None):
         with tempfile.TemporaryDirectory() as root:
-            make_tree(root, files)
+            make_tree(root, files, readme)
             out, err = io.StringIO(), io.StringIO()
             with contextlib.redirect_stdout(out), \
                     contextlib.redirect_stderr(err):
@@ -115,6 +119,18 @@ class CheckIncludesTest(unittest.TestCase):
             "server/regions/region_test.cc": [
                 "server/regions/testing/test_region.h"]}))
         self.assertEqual(code, 0, err)
+
+    def test_the_readme_map_names_files_that_exist(self):
+        code, _, err = self.run_check(GOOD_TREE, readme=(
+            "## Map of a request\n\n`server/gone.cc` then `common/a.h`\n"
+            "## Next\n\n`not/checked.cc`\n"))
+        self.assertEqual(code, 1)
+        self.assertIn("README.md's map names server/gone.cc", err)
+        self.assertNotIn("common/a.h", err)
+        self.assertNotIn("not/checked.cc", err)
+        code, _, err = self.run_check(GOOD_TREE, readme="# no map\n")
+        self.assertEqual(code, 1)
+        self.assertIn("no '## Map of a request' section", err)
 
     def test_kernels_may_not_include_server_or_client(self):
         self.assert_breach({"kernels/cuda/private.h": ["client/c.cc"]},

@@ -50,6 +50,19 @@ def cell(figure, fmt="%.0f"):
         (fmt % figure["max"]) + ")"
 
 
+def commit():
+    """The commit measured: the bundle's (tests/gpu/bundle.sh writes it),
+    else the checkout's."""
+    try:
+        with open(os.path.join(REPO, "bundle", "COMMIT")) as f:
+            return f.readline().strip()[:12]
+    except OSError:
+        import subprocess
+        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12",
+                               "HEAD"], capture_output=True,
+                              text=True).stdout.strip() or "unknown"
+
+
 def randn(generator, *shape, scale=1.0):
     import torch
     return (torch.randn(*shape, device="cuda", generator=generator)
@@ -128,11 +141,15 @@ class Worker:
         return start, end
 
 
-def worker_main(index, target, handle, ring_spin_us, plan, barrier, results):
+def worker_main(index, target, handle, ring_spin_us, warm, plan, barrier,
+                results):
     worker = Worker(index, target, handle, ring_spin_us)
-    for mode in MODES:  # warm: regions, kernels, tuning
+    # Warm, every process at once: regions, kernels, and the daemon's
+    # choices for the batches that concurrency makes (each batch size is a
+    # shape its selector tunes once).
+    for mode in MODES:
         for side in SIDES:
-            worker.round(mode, side, 20, 1)
+            worker.round(mode, side, warm, 10)
     for repeat, mode, processes, side, count, check_every in plan:
         barrier.wait()
         if index < processes:
@@ -151,8 +168,11 @@ def main():
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--processes", default="1,2,4,8",
                         help="process counts (default 1,2,4,8)")
-    parser.add_argument("--products", type=int, default=300,
+    parser.add_argument("--products", type=int, default=1000,
                         help="products per process per round")
+    parser.add_argument("--warm_products", type=int, default=300,
+                        help="products per process per mode and side "
+                        "before the rounds, all processes at once")
     parser.add_argument("--check_every", type=int, default=50)
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--ring_spin_us", type=float, default=None,
@@ -182,8 +202,8 @@ def main():
     barrier = context.Barrier(most)
     results = context.Queue()
     workers = [context.Process(target=worker_main, args=(
-        i, args.target, shared.handle, args.ring_spin_us, plan, barrier,
-        results))
+        i, args.target, shared.handle, args.ring_spin_us, args.warm_products,
+        plan, barrier, results))
         for i in range(most)]
     for w in workers:
         w.start()
@@ -203,7 +223,8 @@ def main():
     shared.close()
     owner.close()
 
-    report = {"gpu": torch.cuda.get_device_name(), "shape": [M, N, K],
+    report = {"gpu": torch.cuda.get_device_name(), "commit": commit(),
+              "shape": [M, N, K],
               "rank": RANK, "products_per_process": args.products,
               "repeat": args.repeat, "cases": []}
     for mode in modes:
