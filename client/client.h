@@ -124,7 +124,7 @@ class Client {
   absl::StatusOr<v1::GetServerInfoResponse> GetServerInfo();
 
   // Region RPCs (see matmul.proto). Most callers want the RAII wrappers in
-  // client/session.h and client/registered_region.h instead.
+  // client/session.h and client/regions/registered_region.h instead.
   absl::StatusOr<v1::RegisterRegionResponse> RegisterRegion(
       const v1::RegisterRegionRequest& request, absl::Duration timeout);
   absl::StatusOr<v1::UnregisterRegionResponse> UnregisterRegion(

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/cuda_memory.h"
+#include "client/regions/cuda_memory.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/backends/backend_factory.h"

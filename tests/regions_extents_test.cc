@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "client/region_request_builder.h"
+#include "client/regions/region_request_builder.h"
 #include "client/request_builder.h"
 #include "gtest/gtest.h"
 #include "tests/regions_fixture.h"

@@ -6,7 +6,7 @@
 #include <random>
 #include <string>
 
-#include "client/region_request_builder.h"
+#include "client/regions/region_request_builder.h"
 #include "client/request_builder.h"
 #include "gtest/gtest.h"
 #include "tests/regions_fixture.h"

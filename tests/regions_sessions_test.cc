@@ -6,8 +6,8 @@
 #include <string>
 
 #include "client/client.h"
+#include "client/regions/shared_memory_segment.h"
 #include "client/session.h"
-#include "client/shared_memory_segment.h"
 #include "gtest/gtest.h"
 #include "tests/regions_fixture.h"
 #include "tests/test_daemon.h"

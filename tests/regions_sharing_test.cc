@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "client/registered_region.h"
+#include "client/regions/registered_region.h"
 #include "client/session.h"
 #include "tests/regions_fixture.h"
 

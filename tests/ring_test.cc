@@ -9,12 +9,12 @@
 #include <thread>
 #include <vector>
 
-#include "client/region_request_builder.h"
-#include "client/registered_region.h"
+#include "client/regions/region_request_builder.h"
+#include "client/regions/registered_region.h"
+#include "client/regions/shared_memory_segment.h"
 #include "client/request_builder.h"
-#include "client/request_ring.h"
+#include "client/ring/request_ring.h"
 #include "client/session.h"
-#include "client/shared_memory_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_daemon.h"

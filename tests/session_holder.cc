@@ -9,9 +9,9 @@
 
 #include "absl/time/clock.h"
 #include "client/client.h"
-#include "client/registered_region.h"
+#include "client/regions/registered_region.h"
+#include "client/regions/shared_memory_segment.h"
 #include "client/session.h"
-#include "client/shared_memory_segment.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -29,7 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
-#include "client/registered_region.h"
+#include "client/regions/registered_region.h"
 #include "client/request_builder.h"
 #include "client/session.h"
 

@@ -20,10 +20,10 @@ are skipped) and checks:
       that holds internal/ and below it (kernels/cuda/backend/internal/x.h
       from kernels/cuda/backend/...): the rest of a room's files are its
       own, as abseil's internal/ are;
-  (h) server/'s rooms (SERVER_ROOMS) are layered in the order a request
-      goes down them: a room's files include no room of a higher layer,
-      and from another room only the headers it makes public; tests may
-      reach inside a room, not up the layers;
+  (h) the rooms of server/ and client/ (ROOMS) are layered: a room's
+      files include no room of a higher layer, and from another room only
+      the headers it makes public; tests may reach inside a room, not up
+      the layers;
   (i) a file under a testing/ folder (a test helper) is included only by
       tests (*_test.cc, *_fuzzer.cc, tests/) and other test helpers. For
       the cycle checks a testing/ folder is part of the folder above it;
@@ -60,11 +60,15 @@ SERVER_KERNEL_API = frozenset({
     "kernels/cuda/backend/cuda_backend_options.h",
 })
 
-# server/'s rooms: {room: (layer, headers other rooms may include)}. The
-# root (main and the server's assembly) sits above them all; a request
-# goes from api/ (the gRPC face) down through admission/ and execution/
-# to the backends and back up once.
-SERVER_ROOMS = {
+# The rooms of server/ and client/: {room: (layer, headers other rooms may
+# include, or None: all)}. A file's room is the longest one that holds it.
+# server/: the root (main and the server's assembly) sits above the rest;
+# a request goes from api/ (the gRPC face) down through admission/ and
+# execution/ to the backends and back up once. client/: the core client
+# (calls, sessions, request building) at the bottom, then regions, the
+# request ring, stream order, and the programs and Python on top.
+ROOMS = {
+    "server": (5, None),
     "server/api": (4, {"matmul_service.h"}),
     "server/admission": (3, {"product_admission.h"}),
     "server/execution": (2, {"device_lane.h", "dynamic_batcher.h",
@@ -81,8 +85,16 @@ SERVER_ROOMS = {
                             "cuda_versions.h"}),
     "server/transport": (0, {"peer_credentials.h", "peer_identity.h",
                              "unix_socket_listener.h"}),
+    "client": (0, None),
+    "client/regions": (1, {"cuda_memory.h", "region_request_builder.h",
+                           "registered_region.h", "shared_memory_segment.h"}),
+    "client/ring": (2, {"request_ring.h"}),
+    "client/stream_order": (3, {"stream_ordered_calls.h"}),
+    "client/bench": (4, {"bench_report.h", "load_generator.h"}),
+    "client/cli": (5, set()),
+    "client/python": (5, set()),
 }
-SERVER_ROOT_LAYER = 5
+ROOMED = ("server", "client")
 
 # (folder whose files include, top folders they may not include from)
 FORBIDDEN = (
@@ -111,38 +123,42 @@ def is_test(path):
             path.startswith("testing/"))
 
 
-def server_room(path):
-    """(room, layer) of a file under server/, or None elsewhere."""
-    parts = path.split("/")
-    if parts[0] != "server":
+def room_of(path):
+    """(room, layer, public headers) of a file under server/ or client/,
+    (folder, None, None) for a folder there that is no room, or None
+    elsewhere."""
+    if top_folder(path) not in ROOMED:
         return None
-    if len(parts) == 2:
-        return "server", SERVER_ROOT_LAYER
-    room = "server/" + parts[1]
-    if room not in SERVER_ROOMS:
-        return room, None
-    return room, SERVER_ROOMS[room][0]
+    folder = folder_of(path)
+    while folder not in ROOMS:
+        if "/" not in folder:
+            return folder_of(path), None, None
+        folder = os.path.dirname(folder)
+    # A subfolder of a root that holds rooms must be a room itself.
+    if folder in ROOMED and folder_of(path) != folder:
+        return folder_of(path), None, None
+    return (folder,) + ROOMS[folder]
 
 
-def server_room_breaches(path, number, target):
+def room_breaches(path, number, target):
     """Rule (h) for one include."""
-    source, destination = server_room(path), server_room(target)
+    source, destination = room_of(path), room_of(target)
     if source is None or destination is None or source[0] == destination[0]:
         return []
-    for room, layer in (source, destination):
+    for room, layer, _ in (source, destination):
         if layer is None:
-            return [f"{path}:{number}: {room}/ is not a room of SERVER_ROOMS "
-                    "in tools/check_includes.py"]
+            return [f"{path}:{number}: {room}/ is not a room of ROOMS in "
+                    "tools/check_includes.py"]
     if destination[1] > source[1]:
         return [f"{path}:{number}: {source[0]}/ (layer {source[1]}) may not "
                 f"include {destination[0]}/ (layer {destination[1]}): "
                 f"{target}"]
-    public = SERVER_ROOMS.get(destination[0], (0, set()))[1]
-    if (not is_test(path) and destination[0] in SERVER_ROOMS and
+    public = destination[2]
+    if (public is not None and not is_test(path) and
             target[len(destination[0]) + 1:] not in public):
         return [f"{path}:{number}: {target} is private to {destination[0]}/;"
                 " include its public headers "
-                f"({', '.join(sorted(public))})"]
+                f"({', '.join(sorted(public)) or 'none'})"]
     return []
 
 
@@ -199,7 +215,7 @@ def rule_breaches(edges):
                 target not in SERVER_KERNEL_API):
             breaches.append(f"{path}:{number}: server/ may include from "
                             f"kernels/ only its public headers, not {target}")
-        breaches += server_room_breaches(path, number, target)
+        breaches += room_breaches(path, number, target)
         if "/testing/" in "/" + target and not is_test(path):
             breaches.append(f"{path}:{number}: {target} is a test helper; "
                             "only tests may include it")

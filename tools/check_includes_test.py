@@ -101,10 +101,24 @@ class CheckIncludesTest(unittest.TestCase):
             "server/api/quota_test.cc": ["server/admission/client_quota.h"]}))
         self.assertEqual(code, 0, err)
 
+    def test_client_rooms_are_layered(self):
+        self.assert_breach(
+            {"client/ring/request_ring.h": [
+                "client/stream_order/stream_ordered_calls.h"],
+             "client/stream_order/stream_ordered_calls.h": []},
+            "client/ring/ (layer 2) may not include client/stream_order/")
+        self.assert_breach(
+            {"client/session.h": ["client/regions/registered_region.h"],
+             "client/regions/registered_region.h": []},
+            "client/ (layer 0) may not include client/regions/")
+        self.assert_breach(
+            {"client/newroom/x.h": ["client/c.cc"]},
+            "client/newroom/ is not a room of ROOMS")
+
     def test_a_new_server_folder_must_be_a_room(self):
         self.assert_breach(
             {"server/newroom/x.h": ["server/transport/peer_credentials.h"]},
-            "server/newroom/ is not a room of SERVER_ROOMS")
+            "server/newroom/ is not a room of ROOMS")
 
     def test_test_helpers_are_for_tests_only(self):
         helper = {"server/regions/testing/test_region.h": [

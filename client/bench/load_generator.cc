@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "client/request_ring.h"
+#include "client/ring/request_ring.h"
 
 namespace matmul::bench {
 namespace {

@@ -23,13 +23,13 @@
 #include "client/cli/exit_codes.h"
 #include "client/cli/matmul_cli_flags.h"
 #include "client/client.h"
-#include "client/cuda_memory.h"
-#include "client/region_request_builder.h"
-#include "client/registered_region.h"
+#include "client/regions/cuda_memory.h"
+#include "client/regions/region_request_builder.h"
+#include "client/regions/registered_region.h"
+#include "client/regions/shared_memory_segment.h"
 #include "client/request_builder.h"
-#include "client/request_ring.h"
+#include "client/ring/request_ring.h"
 #include "client/session.h"
-#include "client/shared_memory_segment.h"
 #include "common/status_macros.h"
 
 namespace matmul::cli {

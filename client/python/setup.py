@@ -40,10 +40,10 @@ CLIENT_SOURCES = [
     "client/call_tickets.cc",
     "client/channel_credentials.cc",
     "client/client.cc",
-    "client/request_ring.cc",
-    "client/segment_names.cc",
+    "client/ring/request_ring.cc",
+    "client/regions/segment_names.cc",
     "client/session.cc",
-    "client/shared_memory_segment.cc",
+    "client/regions/shared_memory_segment.cc",
     "common/request_ring_layout.cc",
 ]
 NATIVE_SOURCES = [
@@ -61,11 +61,11 @@ NATIVE_SOURCES = [
 CUDA_HOME = os.environ.get("CUDA_HOME", "/usr/local/cuda")
 HAVE_CUDA = os.path.exists(os.path.join(CUDA_HOME, "include", "cuda.h"))
 CLIENT_SOURCES += [
-    "client/registered_region.cc",
-    "client/stream_order_numbers.cc",
-    "client/stream_ordered_calls.cc",
+    "client/regions/registered_region.cc",
+    "client/stream_order/stream_order_numbers.cc",
+    "client/stream_order/stream_ordered_calls.cc",
     "common/cuda_driver_api.cc",
-] if HAVE_CUDA else ["client/stream_ordered_calls_unavailable.cc"]
+] if HAVE_CUDA else ["client/stream_order/stream_ordered_calls_unavailable.cc"]
 NATIVE_SOURCES += ["native/cuda_buffer_id.cc"] if HAVE_CUDA else \
     ["native/cuda_buffer_id_unavailable.cc"]
 PKG_CONFIG_PACKAGES = [

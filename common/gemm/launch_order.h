@@ -1,9 +1,9 @@
 // The stream-ordered products of one client process (all its sessions:
 // two clients of a process may queue products on one CUDA stream), by the
 // numbers the client gave them as it queued their words on its streams
-// (StreamOrder.number, client/stream_order_numbers.h), and which of them
-// are launched (their kernel queued on the GPU). A product may wait for its
-// client's stream on the GPU only once every product numbered before it is
+// (StreamOrder.number, client/stream_order/stream_order_numbers.h), and which
+// of them are launched (their kernel queued on the GPU). A product may wait for
+// its client's stream on the GPU only once every product numbered before it is
 // launched: a wait on the GPU then depends only on work already on the GPU
 // (the client's and the daemon's), never on a product some worker has yet
 // to launch, so a call that synchronizes the daemon's context (a lazy

@@ -91,9 +91,9 @@ std::optional<double> SumOfFamily(absl::string_view scrape,
 std::vector<std::string> ShmEntries(absl::string_view prefix);
 
 // The pid a client named a segment after: "<prefix>-<pid>-<pid namespace>-
-// <hex>" (the C++ client, client/segment_names.h), "<prefix>-<pid>-<hex>"
-// (the C++ client before it named the namespace) or "<prefix>-py<pid>-..."
-// (the Python client). Absent for other names.
+// <hex>" (the C++ client, client/regions/segment_names.h),
+// "<prefix>-<pid>-<hex>" (the C++ client before it named the namespace) or
+// "<prefix>-py<pid>-..." (the Python client). Absent for other names.
 std::optional<int> SegmentOwnerPid(absl::string_view name,
                                    absl::string_view prefix);
 

@@ -33,7 +33,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
-#include "client/cuda_memory.h"
+#include "client/regions/cuda_memory.h"
 #include "client/request_builder.h"
 #include "common/flags_help.h"
 #include "google/protobuf/stubs/logging.h"

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "client/shared_memory_segment.h"
+#include "client/regions/shared_memory_segment.h"
 #include "gtest/gtest.h"
 #include "tests/soak/daemon_probe.h"
 #include "tests/soak/raw_ring.h"

@@ -2,7 +2,7 @@
 
 #include <random>
 
-#include "client/region_request_builder.h"
+#include "client/regions/region_request_builder.h"
 #include "client/request_builder.h"
 #include "common/status_macros.h"
 

@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/cuda_memory.h"
+#include "client/regions/cuda_memory.h"
 #include "common/bf16.h"
 #include "common/flags_help.h"
 #include "common/status_macros.h"

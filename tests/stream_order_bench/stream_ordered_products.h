@@ -29,11 +29,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client.h"
-#include "client/cuda_memory.h"
-#include "client/registered_region.h"
-#include "client/request_ring.h"
+#include "client/regions/cuda_memory.h"
+#include "client/regions/registered_region.h"
+#include "client/ring/request_ring.h"
 #include "client/session.h"
-#include "client/stream_ordered_calls.h"
+#include "client/stream_order/stream_ordered_calls.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul::stream_order_bench {

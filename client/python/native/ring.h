@@ -18,8 +18,8 @@
 #include "absl/time/time.h"
 #include "client/call_tickets.h"
 #include "client/python/native/connection.h"
-#include "client/request_ring.h"
-#include "client/stream_ordered_calls.h"
+#include "client/ring/request_ring.h"
+#include "client/stream_order/stream_ordered_calls.h"
 #include "matmul/v1/matmul.pb.h"
 #include "pybind11/pybind11.h"
 

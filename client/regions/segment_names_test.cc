@@ -1,6 +1,6 @@
 // Segment names and the reaping of those dead clients left, on real shm
 // objects under a prefix of each test's own.
-#include "client/segment_names.h"
+#include "client/regions/segment_names.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -19,7 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/shared_memory_segment.h"
+#include "client/regions/shared_memory_segment.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

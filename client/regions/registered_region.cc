@@ -1,4 +1,4 @@
-#include "client/registered_region.h"
+#include "client/regions/registered_region.h"
 
 #include <utility>
 

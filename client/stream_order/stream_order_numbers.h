@@ -16,8 +16,8 @@
 //       numbers.Take([&] { return QueueStreamWrites(); });
 //   ... send number->number and number->answered_below with the request ...
 //   numbers.Answered(number->number);  // once the answer (or error) is in
-#ifndef MATMUL_CLIENT_STREAM_ORDER_NUMBERS_H_
-#define MATMUL_CLIENT_STREAM_ORDER_NUMBERS_H_
+#ifndef MATMUL_CLIENT_STREAM_ORDER_STREAM_ORDER_NUMBERS_H_
+#define MATMUL_CLIENT_STREAM_ORDER_STREAM_ORDER_NUMBERS_H_
 
 #include <cstdint>
 #include <functional>
@@ -63,4 +63,4 @@ class StreamOrderNumbers {
 
 }  // namespace matmul
 
-#endif  // MATMUL_CLIENT_STREAM_ORDER_NUMBERS_H_
+#endif  // MATMUL_CLIENT_STREAM_ORDER_STREAM_ORDER_NUMBERS_H_

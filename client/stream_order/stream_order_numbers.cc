@@ -1,4 +1,4 @@
-#include "client/stream_order_numbers.h"
+#include "client/stream_order/stream_order_numbers.h"
 
 namespace matmul {
 

@@ -1,4 +1,4 @@
-#include "client/segment_names.h"
+#include "client/regions/segment_names.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "client/shared_memory_segment.h"
+#include "client/regions/shared_memory_segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,7 +9,7 @@
 
 #include "absl/memory/memory.h"
 #include "absl/strings/str_cat.h"
-#include "client/segment_names.h"
+#include "client/regions/segment_names.h"
 #include "common/unique_fd.h"
 
 namespace matmul {

@@ -1,4 +1,4 @@
-#include "client/region_request_builder.h"
+#include "client/regions/region_request_builder.h"
 
 #include <cstring>
 

@@ -13,8 +13,8 @@
 // calls ReapOrphanedSegmentsOnce). The Python client's pure-Python path does
 // the same with its own names, "<prefix>-py<pid>-<pid namespace>-<random>"
 // (client/python/matmul_client/_shm_segment.py); the rules here are its.
-#ifndef MATMUL_CLIENT_SEGMENT_NAMES_H_
-#define MATMUL_CLIENT_SEGMENT_NAMES_H_
+#ifndef MATMUL_CLIENT_REGIONS_SEGMENT_NAMES_H_
+#define MATMUL_CLIENT_REGIONS_SEGMENT_NAMES_H_
 
 #include <sys/types.h>
 
@@ -79,4 +79,4 @@ absl::StatusOr<std::vector<std::string>> ReapOrphanedSegmentsOnce(
 
 }  // namespace matmul
 
-#endif  // MATMUL_CLIENT_SEGMENT_NAMES_H_
+#endif  // MATMUL_CLIENT_REGIONS_SEGMENT_NAMES_H_

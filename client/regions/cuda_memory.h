@@ -4,8 +4,8 @@
 // descriptor (kind "cuda_vmm", what cudaMallocAsync pools and PyTorch's
 // expandable segments use). RAII: freed (and for VMM unmapped, released and
 // its fd closed) on destruction; unregister the region first.
-#ifndef MATMUL_CLIENT_CUDA_MEMORY_H_
-#define MATMUL_CLIENT_CUDA_MEMORY_H_
+#ifndef MATMUL_CLIENT_REGIONS_CUDA_MEMORY_H_
+#define MATMUL_CLIENT_REGIONS_CUDA_MEMORY_H_
 
 #include <cstdint>
 #include <memory>
@@ -49,4 +49,4 @@ class CudaMemory {
 
 }  // namespace matmul
 
-#endif  // MATMUL_CLIENT_CUDA_MEMORY_H_
+#endif  // MATMUL_CLIENT_REGIONS_CUDA_MEMORY_H_

@@ -1,6 +1,6 @@
 // StreamOrderedCalls in a build without CUDA (MATMUL_CUDA=OFF): Create says
 // so; nothing else is reachable.
-#include "client/stream_ordered_calls.h"
+#include "client/stream_order/stream_ordered_calls.h"
 
 namespace matmul {
 

@@ -1,4 +1,4 @@
-#include "client/cuda_memory.h"
+#include "client/regions/cuda_memory.h"
 
 #include <cuda_runtime_api.h>
 #include <sys/prctl.h>

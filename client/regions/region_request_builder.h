@@ -12,8 +12,8 @@
 //                    client->Matmul(placed.request));
 //   ASSIGN_OR_RETURN(double error, CheckRegionResponse(placed, response,
 //                                                      segment->bytes()));
-#ifndef MATMUL_CLIENT_REGION_REQUEST_BUILDER_H_
-#define MATMUL_CLIENT_REGION_REQUEST_BUILDER_H_
+#ifndef MATMUL_CLIENT_REGIONS_REGION_REQUEST_BUILDER_H_
+#define MATMUL_CLIENT_REGIONS_REGION_REQUEST_BUILDER_H_
 
 #include <cstdint>
 #include <random>
@@ -103,4 +103,4 @@ absl::StatusOr<double> CheckRegionResponse(
 
 }  // namespace matmul
 
-#endif  // MATMUL_CLIENT_REGION_REQUEST_BUILDER_H_
+#endif  // MATMUL_CLIENT_REGIONS_REGION_REQUEST_BUILDER_H_

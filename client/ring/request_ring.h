@@ -15,8 +15,8 @@
 // (no C region), or that does not fit a slot, goes over gRPC instead: the
 // ring carries descriptors, not tensors. Destroy the ring before its session
 // and client, and only once no call is in progress.
-#ifndef MATMUL_CLIENT_REQUEST_RING_H_
-#define MATMUL_CLIENT_REQUEST_RING_H_
+#ifndef MATMUL_CLIENT_RING_REQUEST_RING_H_
+#define MATMUL_CLIENT_RING_REQUEST_RING_H_
 
 #include <atomic>
 #include <cstdint>
@@ -35,8 +35,8 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "client/held_stream.h"
+#include "client/regions/shared_memory_segment.h"
 #include "client/session.h"
-#include "client/shared_memory_segment.h"
 #include "common/request_ring_layout.h"
 #include "matmul/v1/matmul.pb.h"
 
@@ -185,4 +185,4 @@ class RequestRing {
 
 }  // namespace matmul
 
-#endif  // MATMUL_CLIENT_REQUEST_RING_H_
+#endif  // MATMUL_CLIENT_RING_REQUEST_RING_H_

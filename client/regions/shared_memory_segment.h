@@ -12,11 +12,11 @@
 // (the daemon runs as it, or as root) can open it.
 //
 // The name carries this process's pid and pid namespace
-// (client/segment_names.h): the first segment of a prefix that a process
-// creates removes the names of that prefix that dead clients of this user
-// left behind, killed before they could unlink them.
-#ifndef MATMUL_CLIENT_SHARED_MEMORY_SEGMENT_H_
-#define MATMUL_CLIENT_SHARED_MEMORY_SEGMENT_H_
+// (client/regions/segment_names.h): the first segment of a prefix that a
+// process creates removes the names of that prefix that dead clients of this
+// user left behind, killed before they could unlink them.
+#ifndef MATMUL_CLIENT_REGIONS_SHARED_MEMORY_SEGMENT_H_
+#define MATMUL_CLIENT_REGIONS_SHARED_MEMORY_SEGMENT_H_
 
 #include <cstdint>
 #include <memory>
@@ -74,4 +74,4 @@ class SharedMemorySegment {
 
 }  // namespace matmul
 
-#endif  // MATMUL_CLIENT_SHARED_MEMORY_SEGMENT_H_
+#endif  // MATMUL_CLIENT_REGIONS_SHARED_MEMORY_SEGMENT_H_

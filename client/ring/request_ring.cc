@@ -1,4 +1,4 @@
-#include "client/request_ring.h"
+#include "client/ring/request_ring.h"
 
 #include <algorithm>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "client/stream_ordered_calls.h"
+#include "client/stream_order/stream_ordered_calls.h"
 
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client/stream_order_numbers.h"
+#include "client/stream_order/stream_order_numbers.h"
 #include "common/cuda_driver_api.h"
 #include "common/gemm/stream_order.h"
 #include "common/status_macros.h"

@@ -25,8 +25,8 @@
 // error goes to `done`, and the caller's stream is released then (the
 // signal word is written from this CPU), so it never hangs: the product's
 // output is undefined in that case, as after a failed kernel.
-#ifndef MATMUL_CLIENT_STREAM_ORDERED_CALLS_H_
-#define MATMUL_CLIENT_STREAM_ORDERED_CALLS_H_
+#ifndef MATMUL_CLIENT_STREAM_ORDER_STREAM_ORDERED_CALLS_H_
+#define MATMUL_CLIENT_STREAM_ORDER_STREAM_ORDERED_CALLS_H_
 
 #include <atomic>
 #include <cstdint>
@@ -40,8 +40,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/client.h"
-#include "client/registered_region.h"
-#include "client/request_ring.h"
+#include "client/regions/registered_region.h"
+#include "client/ring/request_ring.h"
 #include "client/session.h"
 #include "matmul/v1/matmul.pb.h"
 
@@ -102,4 +102,4 @@ class StreamOrderedCalls {
 
 }  // namespace matmul
 
-#endif  // MATMUL_CLIENT_STREAM_ORDERED_CALLS_H_
+#endif  // MATMUL_CLIENT_STREAM_ORDER_STREAM_ORDERED_CALLS_H_

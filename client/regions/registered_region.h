@@ -9,8 +9,8 @@
 // The client and the session must outlive the region. If the session ends
 // first (the daemon dropped it), the destructor's UnregisterRegion meets
 // NOT_FOUND, which is ignored: the region is gone either way.
-#ifndef MATMUL_CLIENT_REGISTERED_REGION_H_
-#define MATMUL_CLIENT_REGISTERED_REGION_H_
+#ifndef MATMUL_CLIENT_REGIONS_REGISTERED_REGION_H_
+#define MATMUL_CLIENT_REGIONS_REGISTERED_REGION_H_
 
 #include <cstdint>
 #include <memory>
@@ -19,8 +19,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "client/regions/shared_memory_segment.h"
 #include "client/session.h"
-#include "client/shared_memory_segment.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {
@@ -91,4 +91,4 @@ class RegisteredRegion {
 
 }  // namespace matmul
 
-#endif  // MATMUL_CLIENT_REGISTERED_REGION_H_
+#endif  // MATMUL_CLIENT_REGIONS_REGISTERED_REGION_H_

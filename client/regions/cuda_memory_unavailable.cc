@@ -1,7 +1,7 @@
 // The client built without CUDA (MATMUL_CUDA=OFF): there is no GPU memory
 // to register, so cuda_ipc and cuda_vmm modes say why they cannot run.
 #include "absl/strings/str_cat.h"
-#include "client/cuda_memory.h"
+#include "client/regions/cuda_memory.h"
 
 namespace matmul {
 
