@@ -39,8 +39,12 @@ fi
 cd "$(dirname "$0")/../../.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-source tests/gpu/bundle_env.sh
-SERVER=${SERVER:-bundle/matmul-server}
+# A daemon named by SERVER (the CPU smoke test's, from a build) needs
+# nothing of the bundle's: its libraries would shadow the build's.
+if [ -z "${SERVER:-}" ]; then
+  source tests/gpu/bundle_env.sh
+  SERVER=bundle/matmul-server
+fi
 if [ ! -x "$SERVER" ]; then
   echo "lora_step.sh: $SERVER missing (tests/gpu/bundle.sh)" >&2
   exit 1
