@@ -756,7 +756,9 @@ def many_section(reports):
         return "\n".join(out)
     out.append("GPU and settings: " + per_file(
         MANY_FILES, reports,
-        lambda r: f"{r['gpu']}; " + "x".join(map(str, r["shape"]))
+        lambda r: f"{r['gpu']}"
+        + (f" at {r['commit']}" if r.get("commit") else "") + "; "
+        + "x".join(map(str, r["shape"]))
         + f" NT, {r['products_per_process']} products per process per "
         f"run; median (min..max) of {runs(r['repeat'])}") + ".\n")
     keys = []
