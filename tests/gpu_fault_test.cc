@@ -57,7 +57,7 @@ void FaultScenario() {
   cuda::CudaBackendOptions cuda;
   cuda.selector.background_tuning = false;
   cuda.streams = 1;
-  cuda.schedule.test_only_inject_fault_after = 2;
+  cuda.test_only_inject_fault_after = 2;
   ServerOptions options = TestDaemon::DefaultOptions();
   options.executor.worker_threads = 1;
   std::atomic<int> lost{0};

@@ -12,6 +12,7 @@
 #include "common/gemm/matrix_layout.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/backend/internal/client_stream_order.h"
+#include "kernels/cuda/backend/internal/schedule_options.h"
 #include "kernels/cuda/backend/internal/staging.h"
 #include "kernels/cuda/runtime/cuda_status.h"
 #include "kernels/cuda/runtime/device_ops.h"
@@ -26,10 +27,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("streams is ", options.streams, "; expected >= 1"));
   }
-  if (!(options.schedule.serial_min_gflop_per_sm > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "serial_min_gflop_per_sm is ", options.schedule.serial_min_gflop_per_sm,
-        "; expected > 0"));
+  if (!(options.serial_min_gflop_per_sm > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("serial_min_gflop_per_sm is ",
+                     options.serial_min_gflop_per_sm, "; expected > 0"));
   }
   const int count = CudaDeviceCount();
   if (count == 0) {
@@ -49,9 +50,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   ASSIGN_OR_RETURN(std::unique_ptr<StreamSlotPool> slots,
                    StreamSlotPool::Create(options.device, options.streams,
                                           selector->max_workspace_bytes()));
-  ASSIGN_OR_RETURN(std::unique_ptr<ProductSchedule> schedule,
-                   ProductSchedule::Create(*selector, info.multiprocessors,
-                                           options.schedule));
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<ProductSchedule> schedule,
+      ProductSchedule::Create(
+          *selector, info.multiprocessors,
+          {.serial_min_gflop_per_sm = options.serial_min_gflop_per_sm,
+           .test_only_inject_fault_after =
+               options.test_only_inject_fault_after}));
   auto backend = std::unique_ptr<CudaBackend>(
       new CudaBackend(options, std::move(info), std::move(selector),
                       std::move(slots), std::move(schedule)));

@@ -8,7 +8,6 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
-#include "kernels/cuda/backend/internal/schedule_options.h"
 #include "kernels/cuda/selector/selector_options.h"
 
 namespace matmul::cuda {
@@ -17,7 +16,10 @@ struct CudaBackendOptions {
   int device = 0;
   // Which kernel runs each shape, and how it is tuned.
   SelectorOptions selector;
-  ScheduleOptions schedule;
+  // Products of at least this many GFLOP per SM run one after another on
+  // a stream all slots share (they fill the device alone and gain nothing
+  // from overlapping); > 0.
+  double serial_min_gflop_per_sm = 1.0;
   // Products in flight at once (stream slots); >= 1.
   int streams = 2;
   // Stream-ordered products wait for their client's stream with a wait
@@ -36,6 +38,10 @@ struct CudaBackendOptions {
   // that a product whose staging needs more really fails in cudaMalloc.
   // 0: off.
   int64_t test_only_memory_headroom_bytes = 0;
+  // TEST ONLY, for the device-lost path: the Nth product launch (from 1)
+  // runs a kernel that writes out of range instead, which poisons the CUDA
+  // context. 0: never.
+  int64_t test_only_inject_fault_after = 0;
 };
 
 }  // namespace matmul::cuda

@@ -63,7 +63,7 @@ TEST(CudaBackendValidation, RejectsBadOptions) {
             absl::StatusCode::kInvalidArgument);
   options.streams = 2;
   for (double gflop : {0.0, -1.0, std::nan("")}) {
-    options.schedule.serial_min_gflop_per_sm = gflop;
+    options.serial_min_gflop_per_sm = gflop;
     EXPECT_EQ(CudaBackend::Create(options).status().code(),
               absl::StatusCode::kInvalidArgument)
         << gflop;
@@ -281,7 +281,7 @@ TEST_F(CudaBackendTest, ProductsThatFillTheDeviceFromSeveralThreads) {
   // These products are far below the default serial_min_gflop_per_sm.
   auto slots = CudaBackend::Create(options);
   ASSERT_TRUE(slots.ok()) << slots.status();
-  options.schedule.serial_min_gflop_per_sm = 1e-6;
+  options.serial_min_gflop_per_sm = 1e-6;
   auto serial = CudaBackend::Create(options);
   ASSERT_TRUE(serial.ok()) << serial.status();
   std::vector<std::thread> threads;

@@ -1,5 +1,5 @@
-// Where each product runs (product_schedule.h): a setting of the backend
-// (CudaBackendOptions::schedule), CUDA-free.
+// Where each product runs (product_schedule.h), as the backend sets it up
+// from CudaBackendOptions; CUDA-free.
 #ifndef MATMUL_KERNELS_CUDA_BACKEND_INTERNAL_SCHEDULE_OPTIONS_H_
 #define MATMUL_KERNELS_CUDA_BACKEND_INTERNAL_SCHEDULE_OPTIONS_H_
 
