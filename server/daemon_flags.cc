@@ -68,19 +68,20 @@ ABSL_FLAG(int, cpu_threads, 0,
           "among --worker_threads.");
 ABSL_FLAG(int, worker_threads, 4,
           "Threads that launch batches. On the CUDA backend a worker queues "
-          "a single product on a stream of its own and goes on to the next "
-          "while a thread of the backend's notices the product's end and "
-          "answers it (--launch_pipeline); a batch of several, a big "
-          "product and any product on the CPU backend hold their worker "
-          "until they are complete.");
+          "a launch (one product, or a batch of several as one) on a stream "
+          "of its own and goes on to the next while a thread of the "
+          "backend's notices its end and answers it (--launch_pipeline); "
+          "a big product (or a batch of products that each fill the GPU) "
+          "and any product on the CPU backend hold their worker until they "
+          "are complete.");
 ABSL_FLAG(int, cuda_streams, 0,
           "CUDA: products in flight at once per GPU (stream slots, each "
           "with a cuBLASLt workspace of 32 MiB); more callers wait for a "
           "free one. 0: four per worker thread.");
 ABSL_FLAG(bool, launch_pipeline, true,
-          "CUDA: a worker queues a single product and goes on to the next "
-          "one while a thread of the backend's polls for its end; false: "
-          "the worker waits for each launch itself.");
+          "CUDA: a worker queues a launch and goes on to the next one while "
+          "a thread of the backend's polls for its end; false: the worker "
+          "waits for each launch itself.");
 ABSL_FLAG(double, serial_min_gflop_per_sm, 1.0,
           "CUDA: products (or batches) of at least this many GFLOP per SM "
           "of the GPU run one after another on one stream that all workers "

@@ -208,7 +208,7 @@ ServerMetrics::ServerMetrics(int max_shapes)
               .Name("matmul_launch_worker_duration_seconds")
               .Help("Time one launch held its worker: until it was queued "
                     "on the GPU where the daemon notices its end on another "
-                    "thread (single products on a GPU), until it was "
+                    "thread (launches on a GPU), until it was "
                     "complete otherwise")
               .Register(*registry_)),
       answer_duration_family_(
