@@ -119,8 +119,7 @@ def folder_of(path):
 def is_test(path):
     name = os.path.basename(path)
     return (name.endswith(("_test.cc", "_fuzzer.cc")) or
-            path.startswith("tests/") or "/testing/" in path or
-            path.startswith("testing/"))
+            path.startswith("tests/") or "/testing/" in path)
 
 
 def room_of(path):

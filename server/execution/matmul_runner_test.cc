@@ -134,6 +134,20 @@ class MatmulRunnerTest : public ::testing::Test {
     return product;
   }
 
+  // Runs a batch of three calls whose second is poisoned (kPoisonAlpha);
+  // returns the calls.
+  std::vector<std::unique_ptr<Call>> RunPoisonedBatch(MatmulRunner& runner) {
+    std::vector<std::unique_ptr<Call>> calls;
+    std::vector<std::unique_ptr<PendingProduct>> batch;
+    for (uint64_t id = 1; id <= 3; ++id) {
+      calls.push_back(NewCall(id));
+      if (id == 2) calls.back()->request.set_alpha(kPoisonAlpha);
+      batch.push_back(Pending(*calls.back()));
+    }
+    runner.RunBatch(std::move(batch));
+    return calls;
+  }
+
   // The relative error of a call's answer against the FP64 reference.
   double Error(const Call& call) {
     absl::StatusOr<MatmulPlan> plan = ValidateRequest(call.request, {});
@@ -228,14 +242,7 @@ TEST_F(MatmulRunnerTest, StaleProductsAreAnsweredWithoutRunning) {
 
 TEST_F(MatmulRunnerTest, AFailedLaunchIsRetriedOneByOne) {
   MatmulRunner runner(backend_, *metrics_, 0);
-  std::vector<std::unique_ptr<Call>> calls;
-  std::vector<std::unique_ptr<PendingProduct>> batch;
-  for (uint64_t id = 1; id <= 3; ++id) {
-    calls.push_back(NewCall(id));
-    if (id == 2) calls.back()->request.set_alpha(kPoisonAlpha);
-    batch.push_back(Pending(*calls.back()));
-  }
-  runner.RunBatch(std::move(batch));
+  std::vector<std::unique_ptr<Call>> calls = RunPoisonedBatch(runner);
   EXPECT_THAT(backend_.launches, ::testing::ElementsAre(3, 1, 1, 1));
   EXPECT_TRUE(calls[0]->status->ok());
   EXPECT_EQ(calls[1]->status->code(), absl::StatusCode::kInternal);
@@ -251,14 +258,7 @@ TEST_F(MatmulRunnerTest, AFailedLaunchIsRetriedOneByOne) {
 TEST_F(MatmulRunnerTest, ALaunchOfSeveralFailedOnAnotherThreadAnswersEach) {
   backend_.defer = true;
   MatmulRunner runner(backend_, *metrics_, 0);
-  std::vector<std::unique_ptr<Call>> calls;
-  std::vector<std::unique_ptr<PendingProduct>> batch;
-  for (uint64_t id = 1; id <= 3; ++id) {
-    calls.push_back(NewCall(id));
-    if (id == 2) calls.back()->request.set_alpha(kPoisonAlpha);
-    batch.push_back(Pending(*calls.back()));
-  }
-  runner.RunBatch(std::move(batch));
+  std::vector<std::unique_ptr<Call>> calls = RunPoisonedBatch(runner);
   std::thread completer([this] { backend_.CompleteDeferred(); });
   completer.join();
   EXPECT_THAT(backend_.launches, ::testing::ElementsAre(3));

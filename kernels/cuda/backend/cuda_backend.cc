@@ -190,8 +190,6 @@ void CudaBackend::StartBatch(absl::Span<const GemmProblem* const> problems,
   if (!status.ok()) std::move(done)(status);
 }
 
-namespace {}  // namespace
-
 // What StartOne or StartCombined queued on one slot, until the completion
 // poller has seen it end.
 struct CudaBackend::QueuedProducts {
@@ -224,12 +222,7 @@ absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
       RETURN_IF_ERROR(QueueClientWaits(*driver_api_, one, stream));
       queued->watch.emplace(one, absl::Now());
     }
-    ASSIGN_OR_RETURN(KernelOperands operands,
-                     KernelOperands::Gather(p, stream));
-    queued->operands.emplace(std::move(operands));
-    ASSIGN_OR_RETURN(queued->kernel,
-                     schedule_->QueueTimed(queued->operands->problem(), slot));
-    RETURN_IF_ERROR(queued->operands->ScatterC(stream));
+    RETURN_IF_ERROR(QueueProduct(p, *queued));
     if (ordered && driver_api_.ok()) {
       RETURN_IF_ERROR(QueueClientSignals(*driver_api_, one, stream));
     }
@@ -256,10 +249,6 @@ absl::Status CudaBackend::StartCombined(
   // left on the GPU: once queued, the launch fails only as the device
   // does.
   RETURN_IF_ERROR(WaitForClientStreams(problems));
-  std::vector<const GemmProblem*> ordered;
-  for (const GemmProblem* p : problems) {
-    if (p->stream_order != nullptr) ordered.push_back(p);
-  }
   ASSIGN_OR_RETURN(CombinedProblem combined,
                    CombinedProblem::Combine(problems));
   RETURN_IF_ERROR(ValidateForCuda(combined.problem()));
@@ -278,27 +267,36 @@ absl::Status CudaBackend::StartCombined(
     if (shared_b != nullptr) {
       ASSIGN_OR_RETURN(run, QueueStackIn(arrays, shared_b, slot));
     }
-    ASSIGN_OR_RETURN(KernelOperands operands,
-                     KernelOperands::Gather(run, stream));
-    queued->operands.emplace(std::move(operands));
-    ASSIGN_OR_RETURN(queued->kernel,
-                     schedule_->QueueTimed(queued->operands->problem(), slot));
-    RETURN_IF_ERROR(queued->operands->ScatterC(stream));
+    RETURN_IF_ERROR(QueueProduct(run, *queued));
     if (shared_b != nullptr) {
       RETURN_IF_ERROR(QueueStackOut(arrays, slot, stream));
       queued->kernel = absl::StrCat(queued->kernel, "+stacked");
     }
-    if (!ordered.empty() && driver_api_.ok()) {
-      RETURN_IF_ERROR(QueueClientSignals(*driver_api_, ordered, stream));
+    // Signals only the stream-ordered ones.
+    if (driver_api_.ok()) {
+      RETURN_IF_ERROR(QueueClientSignals(*driver_api_, problems, stream));
     }
     return absl::OkStatus();
   };
   const absl::Status status = queue();
-  for (const GemmProblem* p : ordered) p->stream_order->launch.MarkLaunched();
+  for (const GemmProblem* p : problems) {
+    if (p->stream_order != nullptr) p->stream_order->launch.MarkLaunched();
+  }
   RETURN_IF_ERROR(status);
   queued->done = std::move(done);
   Watch(std::move(queued));
   return absl::OkStatus();
+}
+
+absl::Status CudaBackend::QueueProduct(const GemmProblem& p,
+                                       QueuedProducts& queued) {
+  StreamSlot& slot = queued.lease.slot();
+  cudaStream_t stream = slot.stream.get();
+  ASSIGN_OR_RETURN(KernelOperands operands, KernelOperands::Gather(p, stream));
+  queued.operands.emplace(std::move(operands));
+  ASSIGN_OR_RETURN(queued.kernel,
+                   schedule_->QueueTimed(queued.operands->problem(), slot));
+  return queued.operands->ScatterC(stream);
 }
 
 void CudaBackend::Watch(std::unique_ptr<QueuedProducts> owned) {

@@ -123,8 +123,13 @@ class CudaBackend : public GemmBackend {
   absl::Status StartOne(const GemmProblem& problem, LaunchDone& done);
   absl::Status StartCombined(absl::Span<const GemmProblem* const> problems,
                              LaunchDone& done);
-  // Hands what StartOne or StartCombined queued to the completion poller.
+  // What StartOne or StartCombined queued on one slot.
   struct QueuedProducts;
+  // Queues `problem` on `queued`'s slot: the gathers of its operands into
+  // the form the kernels take (kept in `queued`), the product between the
+  // slot's events (its kernel's name in `queued`), the scatter of C.
+  absl::Status QueueProduct(const GemmProblem& problem, QueuedProducts& queued);
+  // Hands what StartOne or StartCombined queued to the completion poller.
   void Watch(std::unique_ptr<QueuedProducts> queued);
   // Several products of one BatchKey as one pointer-array launch, or one
   // stacked product (StackedB).

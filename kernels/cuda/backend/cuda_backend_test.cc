@@ -82,6 +82,47 @@ class CudaBackendTest : public ::testing::Test {
     backend_ = std::move(*backend);
   }
 
+  // `count` products of `spec` on the device, with poisoned outputs;
+  // with `shared_b` every one reads the first one's B (and its reference
+  // uses that B).
+  struct DeviceBatch {
+    std::vector<::matmul::cuda::testing::HostProblem> hosts;
+    std::vector<::matmul::cuda::testing::DeviceProblem> devices;
+    std::vector<const GemmProblem*> problems;
+  };
+  void MakeDeviceBatch(const ProblemSpec& spec, int count, bool shared_b,
+                       DeviceBatch& batch) {
+    batch.hosts.reserve(count);
+    batch.devices.reserve(count);
+    for (int i = 0; i < count; ++i) {
+      batch.hosts.push_back(MakeHostProblem(spec, rng_));
+      if (shared_b) {
+        std::copy(batch.hosts.front().b.begin(), batch.hosts.front().b.end(),
+                  batch.hosts.back().b.begin());
+      }
+      auto device = ::matmul::cuda::testing::Upload(batch.hosts.back());
+      ASSERT_TRUE(device.ok()) << device.status();
+      batch.devices.push_back(*std::move(device));
+      if (shared_b) {
+        batch.devices.back().problem.b.data =
+            batch.devices.front().problem.b.data;
+      }
+      batch.problems.push_back(&batch.devices.back().problem);
+    }
+  }
+  // Every product's output against its FP64 reference, and nothing
+  // written outside it.
+  void CheckDeviceBatch(DeviceBatch& batch, const std::string& kernel) {
+    for (size_t i = 0; i < batch.hosts.size(); ++i) {
+      ASSERT_TRUE(
+          ::matmul::cuda::testing::Download(batch.devices[i], batch.hosts[i])
+              .ok());
+      EXPECT_LT(::matmul::cuda::testing::CheckError(batch.hosts[i]), 1e-2)
+          << "product " << i << ", " << kernel;
+      EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(batch.hosts[i]));
+    }
+  }
+
   void CheckHost(const ProblemSpec& spec) {
     SCOPED_TRACE(spec.Name());
     auto host = MakeHostProblem(spec, rng_);
@@ -231,34 +272,14 @@ TEST_F(CudaBackendTest, ProductsSharingBRunStacked) {
         spec.c_dtype = dtype;
         spec.beta = dtype == DType::kFP32 ? 0.5f : 0.0f;
         SCOPED_TRACE(spec.Name());
-        constexpr int kProducts = 7;
-        std::vector<::matmul::cuda::testing::HostProblem> hosts;
-        std::vector<::matmul::cuda::testing::DeviceProblem> devices;
-        hosts.reserve(kProducts);
-        devices.reserve(kProducts);
-        std::vector<const GemmProblem*> problems;
-        for (int i = 0; i < kProducts; ++i) {
-          hosts.push_back(MakeHostProblem(spec, rng_));
-          // Every product's reference uses the first one's B.
-          std::copy(hosts.front().b.begin(), hosts.front().b.end(),
-                    hosts.back().b.begin());
-          auto device = ::matmul::cuda::testing::Upload(hosts.back());
-          ASSERT_TRUE(device.ok()) << device.status();
-          devices.push_back(*std::move(device));
-          devices.back().problem.b.data = devices.front().problem.b.data;
-          problems.push_back(&devices.back().problem);
-        }
-        auto info = backend_->RunBatch(problems, /*on_device=*/true);
+        DeviceBatch batch;
+        ASSERT_NO_FATAL_FAILURE(
+            MakeDeviceBatch(spec, /*count=*/7, /*shared_b=*/true, batch));
+        auto info = backend_->RunBatch(batch.problems, /*on_device=*/true);
         ASSERT_TRUE(info.ok()) << info.status();
         EXPECT_NE(info->kernel.find("+stacked"), std::string::npos)
             << info->kernel;
-        for (int i = 0; i < kProducts; ++i) {
-          ASSERT_TRUE(
-              ::matmul::cuda::testing::Download(devices[i], hosts[i]).ok());
-          EXPECT_LT(::matmul::cuda::testing::CheckError(hosts[i]), 1e-2)
-              << "product " << i << ", " << info->kernel;
-          EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
-        }
+        CheckDeviceBatch(batch, info->kernel);
       }
     }
   }
@@ -430,31 +451,13 @@ TEST_F(CudaBackendTest, StartBatchCompletesQueuedProductsOffTheCaller) {
   spec.b = OperandLayout::kColMajor;
   for (bool shared_b : {false, true}) {
     SCOPED_TRACE(shared_b ? "sharing B" : "own B's");
-    constexpr int kBatch = 3;
-    std::vector<::matmul::cuda::testing::HostProblem> batch_hosts;
-    std::vector<::matmul::cuda::testing::DeviceProblem> batch_devices;
-    batch_hosts.reserve(kBatch);
-    batch_devices.reserve(kBatch);
-    std::vector<const GemmProblem*> batch;
-    for (int i = 0; i < kBatch; ++i) {
-      batch_hosts.push_back(MakeHostProblem(spec, rng_));
-      if (shared_b) {
-        std::copy(batch_hosts.front().b.begin(), batch_hosts.front().b.end(),
-                  batch_hosts.back().b.begin());
-      }
-      auto device = ::matmul::cuda::testing::Upload(batch_hosts.back());
-      ASSERT_TRUE(device.ok()) << device.status();
-      batch_devices.push_back(*std::move(device));
-      if (shared_b) {
-        batch_devices.back().problem.b.data =
-            batch_devices.front().problem.b.data;
-      }
-      batch.push_back(&batch_devices.back().problem);
-    }
+    DeviceBatch batch;
+    ASSERT_NO_FATAL_FAILURE(
+        MakeDeviceBatch(spec, /*count=*/3, shared_b, batch));
     absl::Notification batch_answered;
     absl::StatusOr<GemmRunInfo> run;
     bool ran_here = true;
-    (*backend)->StartBatch(batch, /*on_device=*/true,
+    (*backend)->StartBatch(batch.problems, /*on_device=*/true,
                            [&](absl::StatusOr<GemmRunInfo> result) {
                              run = std::move(result);
                              ran_here = std::this_thread::get_id() == caller;
@@ -467,14 +470,7 @@ TEST_F(CudaBackendTest, StartBatchCompletesQueuedProductsOffTheCaller) {
     EXPECT_GT(run->kernel_seconds, 0.0);
     EXPECT_EQ(run->kernel.find("+stacked") != std::string::npos, shared_b)
         << run->kernel;
-    for (int i = 0; i < kBatch; ++i) {
-      ASSERT_TRUE(
-          ::matmul::cuda::testing::Download(batch_devices[i], batch_hosts[i])
-              .ok());
-      EXPECT_LT(::matmul::cuda::testing::CheckError(batch_hosts[i]), 1e-2)
-          << "product " << i;
-      EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(batch_hosts[i]));
-    }
+    CheckDeviceBatch(batch, run->kernel);
   }
 
   bool ran_here = false;
