@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -189,8 +190,10 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
 
   // Given up: the daemon's UNAVAILABLE; on a loaded machine an answer of
   // those may not leave before gRPC's own cancel (CANCELLED), but a daemon
-  // that did not give up would have none of the first kind.
-  int answered = 0, given_up = 0, cancelled = 0;
+  // that did not give up would have none of the first kind. A request that
+  // arrived only after the signal (a loaded machine again) finds its
+  // session closed by the drain: UNAVAILABLE too, never NOT_FOUND.
+  int answered = 0, given_up = 0, cancelled = 0, late = 0;
   for (auto& future : in_flight) {
     absl::StatusOr<v1::MatmulResponse> response = future.get();
     if (response.ok()) {
@@ -204,15 +207,19 @@ TEST(ServerProcessTest, ADrainEndsWithItsGrace) {
       ++cancelled;
       continue;
     }
-    ++given_up;
     EXPECT_EQ(response.status().code(), absl::StatusCode::kUnavailable)
         << response.status();
+    if (absl::StrContains(response.status().message(), "shutting down")) {
+      ++late;
+      continue;
+    }
+    ++given_up;
     EXPECT_THAT(response.status().message(),
                 ::testing::HasSubstr("shutdown grace (1s) ran out"));
   }
   EXPECT_GT(given_up, 0) << answered << " answered, " << cancelled
-                         << " cancelled";
-  EXPECT_EQ(answered + given_up + cancelled, kProducts);
+                         << " cancelled, " << late << " late";
+  EXPECT_EQ(answered + given_up + cancelled + late, kProducts);
 }
 
 TEST(ServerProcessTest, BadFlagsAndBusyAddressesFailClearly) {

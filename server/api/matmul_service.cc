@@ -153,6 +153,7 @@ grpc::ServerWriteReactor<v1::SessionEvent>* MatmulServiceImpl::OpenSession(
 }
 
 void MatmulServiceImpl::CloseAllSessions() {
+  registry_.Stop();
   absl::MutexLock lock(&sessions_mu_);
   closing_ = true;
   const grpc::Status stopping(grpc::StatusCode::UNAVAILABLE,

@@ -58,6 +58,11 @@ void RegionRegistry::CloseSession(const std::string& session_id) {
   }
 }
 
+void RegionRegistry::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+}
+
 void RegionRegistry::WithdrawShare(
     const std::string& token, std::vector<std::shared_ptr<Region>>& released) {
   auto share = shares_.find(token);
@@ -93,6 +98,12 @@ void RegionRegistry::WithdrawSharesOf(
 absl::StatusOr<RegionRegistry::Session*> RegionRegistry::FindSession(
     const std::string& session_id) const {
   auto it = sessions_.find(session_id);
+  if (it == sessions_.end() && stopped_) {
+    return absl::UnavailableError(absl::StrCat(
+        "session '", session_id,
+        "' was closed because the daemon is shutting down; retry on the "
+        "daemon that replaces it"));
+  }
   if (it == sessions_.end()) {
     return absl::NotFoundError(
         absl::StrCat("unknown session '", session_id,

@@ -64,10 +64,15 @@ class RegionRegistry {
                           const PeerCredentials& owner);
   // Drops every region of the session (each freed once unused).
   void CloseSession(const std::string& session_id);
+  // Called when the daemon starts to drain, before it closes the sessions:
+  // from then on a session id it does not know is one it closed, and calls
+  // naming it are answered UNAVAILABLE (retry on the daemon that replaces
+  // this one) rather than NOT_FOUND.
+  void Stop();
 
   // OK when `caller` is the process that opened the session; NOT_FOUND for
-  // an unknown session, PERMISSION_DENIED for any other process. Every
-  // call below that takes a caller checks this first.
+  // an unknown session (UNAVAILABLE once stopped), PERMISSION_DENIED for any
+  // other process. Every call below that takes a caller checks this first.
   absl::Status CheckOwner(const std::string& session_id,
                           const PeerCredentials& caller) const;
 
@@ -175,6 +180,7 @@ class RegionRegistry {
   absl::flat_hash_map<std::string, std::unique_ptr<Session>> sessions_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, ShareEntry> shares_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // 32 hex characters from getrandom(2).

@@ -143,6 +143,20 @@ TEST(RegionRegistryTest, ClosingASessionReleasesItsRegions) {
             absl::StatusCode::kNotFound);
 }
 
+TEST(RegionRegistryTest, ASessionClosedByTheDrainIsUnavailableNotUnknown) {
+  RegionRegistry registry({});
+  const std::string session = registry.OpenSession("d", kOwner);
+  registry.Stop();
+  EXPECT_TRUE(registry.CheckOwner(session, kOwner).ok());
+  registry.CloseSession(session);
+  for (const std::string& id : {session, std::string("no-such-session")}) {
+    absl::Status status = registry.CheckOwner(id, kOwner);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_EQ(registry.Add(id, kOwner, MakeRegion(8)).status().code(),
+              absl::StatusCode::kUnavailable);
+  }
+}
+
 TEST(RegionRegistryTest, ASessionQueuesBehindTheOtherSessionsOfItsProcess) {
   // Two clients of one process may queue products on one CUDA stream: a
   // product of the second must not wait on the GPU while one the first
