@@ -47,6 +47,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "absl/time/time.h"
 
@@ -148,6 +149,21 @@ inline char* Payload(SlotHeader* slot) {
 void FutexWait(std::atomic<uint32_t>& word, uint32_t expected,
                absl::Duration timeout);
 void FutexWakeAll(std::atomic<uint32_t>& word);
+
+// One word of a FutexWaitAny: the wait ends when it no longer holds
+// `expected` (or on a wake).
+struct FutexWaitTarget {
+  std::atomic<uint32_t>* word;
+  uint32_t expected;
+};
+// The most words one FutexWaitAny sleeps on (the kernel's limit).
+inline constexpr size_t kMaxFutexWaitTargets = 128;
+// Sleeps until any of `targets` changes or is woken, `timeout` passes, or
+// spuriously, like FutexWait (futex_waitv, Linux 5.16). Returns false at
+// once, without sleeping, where the kernel lacks futex_waitv or `targets`
+// holds more than kMaxFutexWaitTargets words: the caller polls instead.
+bool FutexWaitAny(std::span<const FutexWaitTarget> targets,
+                  absl::Duration timeout);
 
 // One read of a field the other process may write at any time (the
 // compiler must not read it again after a check).

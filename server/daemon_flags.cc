@@ -117,13 +117,17 @@ ABSL_FLAG(int64_t, worker_spin_us, 1000,
           "request then skips the wake-up latency (tens of microseconds on "
           "some hosts), and an idle daemon keeps no core busy. 0: sleep at "
           "once.");
+ABSL_FLAG(int, ring_pollers, 2,
+          "Threads that take requests from the shared-memory request rings "
+          "(AttachRing). Each serves the rings it is given, a ring going to "
+          "the one with the fewest; a thread per client would keep as many "
+          "cores busy as there are clients.");
 ABSL_FLAG(int64_t, ring_poll_spin_us, 2000,
-          "The longest the poller of a shared-memory request ring "
-          "(AttachRing) spins after a request before it sleeps on the "
-          "ring's futex; as for --worker_spin_us, only while requests come "
-          "closer together than this. 0: sleep at once.");
-ABSL_FLAG(int, max_rings, 64,
-          "Request rings attached at once (each has a poller thread).");
+          "The longest a ring poller spins after a request before it "
+          "sleeps on its rings' futexes; as for --worker_spin_us, only "
+          "while requests come closer together than this. 0: sleep at "
+          "once.");
+ABSL_FLAG(int, max_rings, 64, "Request rings attached at once.");
 ABSL_FLAG(int, max_rings_per_session, 4,
           "Request rings one session (client process) may attach at once.");
 ABSL_FLAG(int64_t, max_queue_delay_us, 0,
@@ -339,6 +343,11 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
   }
   options.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);
   options.allow_other_shm_owners = absl::GetFlag(FLAGS_allow_other_shm_owners);
+  options.rings.pollers = absl::GetFlag(FLAGS_ring_pollers);
+  if (options.rings.pollers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ring_pollers is ", options.rings.pollers, "; expected at least 1"));
+  }
   options.rings.poll_spin =
       absl::Microseconds(absl::GetFlag(FLAGS_ring_poll_spin_us));
   options.rings.max_rings = absl::GetFlag(FLAGS_max_rings);

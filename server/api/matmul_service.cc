@@ -30,7 +30,8 @@ MatmulServiceImpl::MatmulServiceImpl(std::vector<DeviceLane>& lanes,
       metrics_(metrics),
       registry_(registry),
       options_(options),
-      admission_(lanes, metrics, registry, in_flight, options.admission) {
+      admission_(lanes, metrics, registry, in_flight, options.admission),
+      ring_pollers_(options.rings.pollers, options.rings.poll_spin) {
   if (options.unary_api != UnaryApi::kSync) {
     // gRPC owns method handlers by raw pointer (as generated code does).
     MarkMethodRawCallback(
@@ -196,14 +197,14 @@ grpc::ServerWriteReactor<v1::RingEvent>* MatmulServiceImpl::AttachRing(
         " rings are attached already (--max_rings); detach one or raise "
         "the limit")));
   }
-  auto* reactor = new RingReactor(admission_, *std::move(ring), session_id,
-                                  peer->credentials, options_.rings.poll_spin,
-                                  [this, session_id](RingReactor* done) {
-                                    metrics_.RingDetached();
-                                    registry_.RemoveRing(session_id);
-                                    absl::MutexLock lock(&sessions_mu_);
-                                    rings_.erase(done);
-                                  });
+  auto* reactor =
+      new RingReactor(admission_, ring_pollers_, *std::move(ring), session_id,
+                      peer->credentials, [this, session_id](RingReactor* done) {
+                        metrics_.RingDetached();
+                        registry_.RemoveRing(session_id);
+                        absl::MutexLock lock(&sessions_mu_);
+                        rings_.erase(done);
+                      });
   rings_.insert(reactor);
   metrics_.RingAttached();
   return reactor;

@@ -23,6 +23,7 @@
 #include "server/product/request_validation.h"
 #include "server/regions/region_opener.h"
 #include "server/regions/region_registry.h"
+#include "server/ring/ring_pollers.h"
 
 namespace matmul {
 
@@ -137,6 +138,7 @@ class MatmulServiceImpl final : public MatmulCallbackService {
   RegionRegistry& registry_;
   const MatmulServiceOptions options_;
   ProductAdmission admission_;
+  RingPollers ring_pollers_;
 
   absl::Mutex sessions_mu_;
   absl::flat_hash_set<SessionReactor*> sessions_ ABSL_GUARDED_BY(sessions_mu_);

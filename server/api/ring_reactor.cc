@@ -6,47 +6,30 @@
 
 namespace matmul {
 
-RingReactor::RingReactor(ProductSubmitter& submitter,
+RingReactor::RingReactor(ProductSubmitter& submitter, RingPollers& pollers,
                          std::shared_ptr<AttachedRing> ring,
                          std::string session_id, const PeerCredentials& owner,
-                         absl::Duration spin,
                          std::function<void(RingReactor*)> on_done)
     : submitter_(submitter),
       ring_(std::move(ring)),
       session_id_(std::move(session_id)),
       owner_(owner),
-      spin_(spin),
       on_done_(std::move(on_done)) {
   event_.set_slot_count(ring_->slot_count());
-  poller_ = std::thread([this] { Poll(); });
+  polled_ =
+      pollers.Add(ring_, {.dispatch = [this](uint32_t slot) { Dispatch(slot); },
+                          .faulted = [this] { Faulted(); }});
   StartWrite(&event_);
 }
 
-void RingReactor::Poll() {
-  absl::Time spin_until = absl::InfinitePast();
-  while (!stop_.load(std::memory_order_relaxed)) {
-    if (ring_->faulted()) {
-      // The client shrank the ring's segment: the mapping is private zeros
-      // now, shared with nobody. Queued requests are dropped and the
-      // stream says why.
-      ring_->MarkClientGone();
-      const absl::Status status = ring_->FaultedStatus();
-      Close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                         std::string(status.message())));
-      return;
-    }
-    if (std::optional<uint32_t> slot = ring_->Take()) {
-      const absl::Time now = absl::Now();
-      spin_.Arrived(now);
-      Dispatch(*slot);
-      spin_until = spin_.SpinUntil(absl::Now());
-    } else if (absl::Now() < spin_until) {
-      ring::CpuRelax();
-    } else {
-      // A bounded sleep, so that stop_ is seen without a wake-up.
-      ring_->WaitForDoorbell(absl::Milliseconds(20));
-    }
-  }
+void RingReactor::Faulted() {
+  // The client shrank the ring's segment: the mapping is private zeros
+  // now, shared with nobody. Queued requests are dropped and the stream
+  // says why.
+  ring_->MarkClientGone();
+  const absl::Status status = ring_->FaultedStatus();
+  Close(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                     std::string(status.message())));
 }
 
 namespace {
@@ -141,8 +124,7 @@ void RingReactor::OnCancel() {
 }
 
 void RingReactor::OnDone() {
-  stop_.store(true);
-  poller_.join();
+  polled_.reset();
   on_done_(this);
   // gRPC owns reactors by raw pointer; the reactor deletes itself here.
   delete this;

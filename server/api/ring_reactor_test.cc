@@ -89,9 +89,9 @@ class RingReactorTest : public ::testing::Test {
         AttachedRing::Open(made_.Request(), "matmul", ThisProcess());
     ASSERT_TRUE(ring.ok()) << ring.status();
     ring_ = *std::move(ring);
-    reactor_ = new RingReactor(submitter_, ring_, "ring-session", owner_,
-                               absl::ZeroDuration(),
-                               [this](RingReactor*) { done_.Notify(); });
+    reactor_ =
+        new RingReactor(submitter_, pollers_, ring_, "ring-session", owner_,
+                        [this](RingReactor*) { done_.Notify(); });
   }
   void TearDown() override {
     // gRPC calls OnDone last; the reactor then deletes itself.
@@ -103,6 +103,7 @@ class RingReactorTest : public ::testing::Test {
   HandMadeClient client_{made_.base()};
   const PeerCredentials owner_ = ThisProcess();
   FakeSubmitter submitter_;
+  RingPollers pollers_{1, absl::ZeroDuration()};
   std::shared_ptr<AttachedRing> ring_;
   RingReactor* reactor_ = nullptr;
   absl::Notification done_;

@@ -110,6 +110,13 @@ bool AttachedRing::TakeIfSubmitted(uint32_t slot) {
 }
 
 void AttachedRing::WaitForDoorbell(absl::Duration timeout) {
+  if (std::optional<ring::FutexWaitTarget> doorbell = PrepareToSleep()) {
+    ring::FutexWait(*doorbell->word, doorbell->expected, timeout);
+    Awake();
+  }
+}
+
+std::optional<ring::FutexWaitTarget> AttachedRing::PrepareToSleep() {
   ring::RingHeader* header = ring::Header(base_);
   // seq_cst, as the client's doorbell bump and daemon_sleeping load
   // (Dekker): weaker, both could miss the other's store and a submission
@@ -119,11 +126,14 @@ void AttachedRing::WaitForDoorbell(absl::Duration timeout) {
   // A submission published before the load above is seen here; one after
   // it changes the doorbell, so the futex returns at once.
   const ring::QueueEntry& next = ring::SubmitQueue(base_)[head_ % slot_count_];
-  if (next.sequence.load(std::memory_order_acquire) != head_ + 1) {
-    ring::FutexWait(header->doorbell, rung, timeout);
+  if (next.sequence.load(std::memory_order_acquire) == head_ + 1) {
+    header->daemon_sleeping.store(0);
+    return std::nullopt;
   }
-  header->daemon_sleeping.store(0);
+  return ring::FutexWaitTarget{&header->doorbell, rung};
 }
+
+void AttachedRing::Awake() { ring::Header(base_)->daemon_sleeping.store(0); }
 
 absl::Status AttachedRing::ReadRequest(uint32_t slot,
                                        v1::MatmulRequest* request,

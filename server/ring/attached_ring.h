@@ -1,7 +1,7 @@
 // The daemon's side of one request ring (common/request_ring_layout.h): the
 // client's shm object mapped here, read and written through checks only.
-// Thread-compatible for Take/WaitForDoorbell (one poller); ReadRequest and
-// Complete may run on any thread for distinct slots.
+// Thread-compatible for Take and the doorbell's calls (one poller); ReadRequest
+// and Complete may run on any thread for distinct slots.
 #ifndef MATMUL_SERVER_RING_ATTACHED_RING_H_
 #define MATMUL_SERVER_RING_ATTACHED_RING_H_
 
@@ -46,6 +46,14 @@ class AttachedRing {
   // Sleeps until a client rings the doorbell or `timeout` passes (returns
   // at once when a submission is already waiting).
   void WaitForDoorbell(absl::Duration timeout);
+
+  // WaitForDoorbell in two halves, for a poller that sleeps on many rings
+  // at once (ring::FutexWaitAny). PrepareToSleep tells the client that the
+  // daemon may sleep and returns the doorbell's word and value to wait on;
+  // nullopt (and nothing told) when a submission is waiting already.
+  // After the sleep, Awake tells the client that the daemon polls again.
+  std::optional<ring::FutexWaitTarget> PrepareToSleep();
+  void Awake();
 
   // Copies the slot's request out of the mapping and parses it (poller
   // thread only, like Take).
