@@ -76,7 +76,7 @@ ROOMS = {
     "server/product": (1, {"bound_list.h", "bound_operands.h",
                            "in_flight_requests.h", "pending_product.h",
                            "product_submitter.h", "request_validation.h"}),
-    "server/ring": (1, {"attached_ring.h"}),
+    "server/ring": (1, {"attached_ring.h", "ring_pollers.h"}),
     "server/regions": (0, {"cuda_region_device.h", "region.h",
                            "region_opener.h", "region_registry.h",
                            "shm_region.h"}),
