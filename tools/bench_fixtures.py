@@ -2,8 +2,8 @@
 tests of tools/plot_bench.py and tools/benchmarks_page.py. Field names and
 nesting follow the writers: client/bench/bench_report.cc (ToJson, what
 `matmul-cli bench --save` writes), kernels/cuda/tools/bench_main.cc (what
-`matmul-bench --json` writes), tests/gpu/python/lora_step.py and
-tests/gpu/python/native_speed.py (their --json reports)."""
+`matmul-bench --json` writes), tests/gpu/bench/lora_step.py and
+tests/gpu/bench/native_speed.py (their --json reports)."""
 
 
 def cli_bench_run(label, scale, shape="16x4096x4096:NT", mode="ipc",
@@ -86,7 +86,7 @@ def matmul_bench(runs=1, sustained=True):
 
 
 def _spread(values):
-    """lora_step.py's and native_speed.py's spread()."""
+    """tests/gpu/bench/figures.py's spread()."""
     values = list(values)
     return {"median": sorted(values)[len(values) // 2], "min": min(values),
             "max": max(values), "runs": values}
@@ -96,7 +96,7 @@ LORA_SIDES = ("local", "daemon", "lists", "local_unsloth", "local_lists")
 
 
 def lora_step(mps_client=False, side_ms=None, device="NVIDIA H100 80GB HBM3"):
-    """One `tests/gpu/python/lora_step.py --json` report (keys as its
+    """One `tests/gpu/bench/lora_step.py --json` report (keys as its
     main() and measure_step() write them), 3 runs at the seed's shapes.
     side_ms: {side: the median step ms}; each side's runs are the median
     and 1% either side, local's in the same order, so that every ratio's
@@ -151,7 +151,7 @@ def lora_step(mps_client=False, side_ms=None, device="NVIDIA H100 80GB HBM3"):
 
 
 def native_speed(scale=1.0, processes=True, gpu="NVIDIA H100 80GB HBM3"):
-    """One `tests/gpu/python/native_speed.py --json` report as
+    """One `tests/gpu/bench/native_speed.py --json` report as
     lora_lists_gpu.sh runs it (--only=per_call,processes --repeat=3):
     per-call p50 of the small and the seed's shapes (daemon 30 us * scale,
     torch 20 us for the small ones), and the eight processes (daemon
@@ -190,7 +190,7 @@ def native_speed(scale=1.0, processes=True, gpu="NVIDIA H100 80GB HBM3"):
 
 
 def many_processes(scale=1.0, gpu="NVIDIA H100 80GB HBM3"):
-    """One `tests/gpu/python/many_processes.py --json` report: each mode at
+    """One `tests/gpu/bench/many_processes.py --json` report: each mode at
     1 and 8 processes, the daemon at 10,000 * processes * scale products/s
     and local at 5,000 * processes."""
     spreads = [0.9, 1.0, 1.1]

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Regenerates docs/benchmarks.md from the results of one run kept in
-docs/bench/ (tests/gpu/benchmarks.sh produces them on the GPU machine):
+docs/bench/ (tests/gpu/bench/ produces them on the GPU machine):
 
   run_info.json       the commit measured, the GPU, the date, the commands
   matmul_bench.json   matmul-bench --json: the kernel table and the
@@ -10,20 +10,20 @@ docs/bench/ (tests/gpu/benchmarks.sh produces them on the GPU machine):
   *.png               charts drawn from those files (tools/plot_bench.py),
                       shown under the service tables
   dashboard_vs_bench.txt
-                      tests/gpu/steps/dashboard_vs_bench.sh's check, and
+                      tests/gpu/checks/dashboard_vs_bench.sh's check, and
                       docs/dashboard/*.png (tools/dashboard/pictures.sh)
   lora_step.json, lora_step_mps.json
-                      tests/gpu/python/lora_step.py --json, without MPS
-                      and under MPS (tests/gpu/python/lora_lists_gpu.sh
+                      tests/gpu/bench/lora_step.py --json, without MPS
+                      and under MPS (tests/gpu/bench/lora_lists_gpu.sh
                       runs both): the LoRA training step's sides
   native_speed.json, native_speed_mps.json
-                      tests/gpu/python/native_speed.py --json, without
-                      and under MPS (lora_lists_gpu.sh writes the second
-                      as mps/native_speed.json): per-call p50 and the
-                      eight-process products/s
+                      tests/gpu/bench/native_speed.py --json, without
+                      and under MPS (lora_lists_gpu.sh runs both):
+                      per-call p50 and the eight-process products/s
   many_processes.json, many_processes_mps.json
-                      tests/gpu/python/many_processes.py --json, without
-                      and under MPS (many_processes.sh writes both): 1 to
+                      tests/gpu/bench/many_processes.py --json, without
+                      and under MPS (tests/gpu/bench/python_bench.sh
+                      many_processes with MPS=both writes both): 1 to
                       8 processes with distinct weights, one shared
                       weight, and the shared weight with adapters
 
@@ -50,8 +50,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 INTRO = """\
 The kernel and service figures on this page come from one run of
-`tests/gpu/benchmarks.sh` on one NVIDIA H200 (sm_90a, 132 SMs) lent through
-the project's device tool; the dashboard check at the end is a step of its
+`tests/gpu/bench/benchmarks.sh` on one NVIDIA H200 (sm_90a, 132 SMs) lent
+through the project's device tool; the dashboard check at the end is a step of its
 own on the same kind of machine, and the PyTorch figures come from a
 device call of their own, on the GPU they name. No GB10 (DGX Spark) has been available to this project, so no figure
 here is a Spark figure: the "fits the GB10" columns name the project's own
@@ -116,7 +116,7 @@ turn it off at start-up.
 """
 
 DASHBOARD_METHOD = """\
-`tests/gpu/steps/dashboard_vs_bench.sh`: matmul-bench runs 5120x11008x2048
+`tests/gpu/checks/dashboard_vs_bench.sh`: matmul-bench runs 5120x11008x2048
 NT back to back for 20 s and stores its pick; a daemon started on that
 tuning cache (batching off, so every launch is one such product) serves
 `matmul-cli bench --mode=ipc --concurrency=8` for 60 s while a real
@@ -369,7 +369,7 @@ def service_table(run, name):
 # --- PyTorch: lora_step.py and native_speed.py ---------------------------
 
 LORA_METHOD = """\
-`tests/gpu/python/lora_step.py`: one LoRA training step (zero_grad,
+`tests/gpu/bench/lora_step.py`: one LoRA training step (zero_grad,
 forward, backward, AdamW) of a Qwen-like MLP block,
 y = down(silu(gate(x)) * up(x)), frozen BF16 weights with trainable FP32
 adapters. All sides run in one process on one GPU from the same weights
@@ -380,12 +380,12 @@ after a warm-up, the median (min..max) of the runs; ratio = local / side
 (above 1: faster than local). Every side's losses agree with local's
 within 1% and its adapter gradients within 1e-2, or the script fails.
 Under MPS a fresh daemon and the script are clients of one MPS server;
-`tests/gpu/python/lora_lists_gpu.sh` makes both files, and
+`tests/gpu/bench/lora_lists_gpu.sh` makes both files, and
 native_speed.py's, in one device call.
 """
 
 NATIVE_METHOD = """\
-`tests/gpu/python/native_speed.py`: NT products (y = x @ w.T) of random
+`tests/gpu/bench/native_speed.py`: NT products (y = x @ w.T) of random
 BF16 through the daemon (`matmul_client.matmul`) and with `torch.matmul`
 in the same process, the two alternating within each run. Per call: the
 p50 wall time of a call followed by `torch.cuda.synchronize()`. Eight
@@ -395,7 +395,7 @@ products/s of all together, each product waited for before the next
 """
 
 MANY_METHOD = """\
-`tests/gpu/python/many_processes.py`: 1, 2, 4 and 8 processes each call
+`tests/gpu/bench/many_processes.py`: 1, 2, 4 and 8 processes each call
 NT products, 16x4096x4096 (a decode step's projection), each call followed
 by `torch.cuda.synchronize()`, through one daemon and with torch in each
 process, the two alternating within each run: `distinct`, each process its
@@ -426,7 +426,7 @@ PROCESS_MODES = (("sync", "each product waited for"),
 
 
 def check_spread(obj, key, where):
-    """obj[key] as lora_step.py's and native_speed.py's spread() writes it:
+    """obj[key] as tests/gpu/bench/figures.py's spread() writes it:
     {median, min, max} numbers."""
     value = field(obj, key, dict, where)
     for k in ("median", "min", "max"):
@@ -941,7 +941,7 @@ def check_text(text):
 def main(argv):
     parser = argparse.ArgumentParser(
         description="Regenerates docs/benchmarks.md from one run's JSON in "
-        "docs/bench/ (tests/gpu/benchmarks.sh).")
+        "docs/bench/ (tests/gpu/bench/benchmarks.sh).")
     parser.add_argument("--bench-dir", default=os.path.join(REPO, "docs",
                                                             "bench"))
     parser.add_argument("--dashboard-dir",

@@ -15,7 +15,7 @@
 #      (default: the repo root), EXCLUDE (a regex of binary names to leave
 #      out, e.g. 'mma_' when the run needs no own-kernel tools),
 #      BUNDLE_PROMETHEUS=1 (also Debian's prometheus, which links only libc:
-#      tests/gpu/steps/dashboard_vs_bench.sh needs it), XZ_LEVEL (2; 9
+#      tests/gpu/checks/dashboard_vs_bench.sh needs it), XZ_LEVEL (2; 9
 #      packs a large bundle tighter, slowly).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

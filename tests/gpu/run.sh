@@ -2,15 +2,18 @@
 # Runs on the GPU machine, in the repo root, after tests/gpu/bundle.sh built
 # bundle/ here:  run(command="bash tests/gpu/run.sh", carry=["bundle"])
 # Runs nvidia-smi, every test binary in bundle/, matmul-bench (JSON to
-# $OUT), a matmul-tune smoke run, the PyTorch/seed reference timings, and
-# every tests/gpu/steps/*.sh (cublaslt_survey.sh among them); logs go under
-# $OUT (few files: the device tool brings back at most 8) and a summary
-# table is printed last.
+# $OUT), a matmul-tune smoke run, the PyTorch/seed reference timings
+# (checks/torch_bench.py), and every step, tests/gpu/checks/*.sh
+# (cublaslt_survey.sh among them); logs go under $OUT (few files: the
+# device tool brings back at most 8) and a summary table is printed last.
+# What is not run here (benchmarks, measurements) is in tests/gpu/bench/
+# and tests/gpu/investigations/ (tests/gpu/README.md).
 # Env: BENCH_REPEAT (3), BENCH_ARGS (extra matmul-bench flags),
 #      TEST_FILTER (gtest filter), TESTS (space-separated test binaries to
-#      run; default all), STEPS (space-separated tests/gpu/steps names to
-#      run; default all), SKIP_BENCH=1, SKIP_TORCH=1, CUDA_DAEMON_FLAGS
-#      (flags for every daemon the steps start, e.g. --cuda_devices=all).
+#      run; default all), STEPS (space-separated step names, checks/*.sh
+#      without .sh; default all), SKIP_BENCH=1, SKIP_TORCH=1,
+#      CUDA_DAEMON_FLAGS (flags for every daemon the steps start, e.g.
+#      --cuda_devices=all).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-$PWD/gpu-out}
@@ -73,10 +76,10 @@ if [ -x bundle/matmul-tune ]; then
     --shapes=5120x2048x2048:NT,256x4096x4096:NN
 fi
 if [ -z "${SKIP_TORCH:-}" ] && command -v python3 >/dev/null; then
-  step torch-reference 420 env PYTHONUNBUFFERED=1 python3 tests/gpu/torch_bench.py \
+  step torch-reference 420 env PYTHONUNBUFFERED=1 python3 tests/gpu/checks/torch_bench.py \
     --out "$OUT/torch_bench.txt"
 fi
-for extra in tests/gpu/steps/*.sh; do
+for extra in tests/gpu/checks/*.sh; do
   [ -f "$extra" ] || continue
   if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $(basename "$extra" .sh) "* ]]; then
     continue

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pictures of the dashboard from a saved Prometheus run, where no Grafana
 # runs: unpacks a Prometheus data folder (the prometheus-data.tar.gz that
-# tests/gpu/steps/dashboard_vs_bench.sh brings back from the GPU machine),
+# tests/gpu/checks/dashboard_vs_bench.sh brings back from the GPU machine),
 # serves it with a Prometheus on loopback, then
 #  - render_panels.py draws the dashboard's main time-series panels with
 #    matplotlib from the dashboard's own PromQL (dashboard.png), and
