@@ -107,9 +107,9 @@ absl::StatusOr<GemmRunInfo> ProductSchedule::RunSerial(
     // One event between consecutive products, not a start and a stop: an
     // event pair around each of back-to-back small products costs them a
     // visible share of their time, one event much less
-    // (tests/gpu/service/launch_gaps.py measures it). While the previous
-    // product is still pending, its end is this one's start; on an idle
-    // stream the product gets a start event of its own.
+    // (tests/gpu/investigations/service/launch_gaps.py measures it). While
+    // the previous product is still pending, its end is this one's start;
+    // on an idle stream the product gets a start event of its own.
     from = last_serial_mark_;
     if (from == nullptr || cudaEventQuery(from->get()) != cudaErrorNotReady) {
       ASSIGN_OR_RETURN(from, serial_marks_.Take());
