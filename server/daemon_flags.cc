@@ -313,7 +313,7 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.allow_insecure_tcp = absl::GetFlag(FLAGS_allow_insecure_tcp);
-  options.max_in_flight_per_client =
+  options.service.admission.max_in_flight_per_client =
       absl::GetFlag(FLAGS_max_in_flight_per_client);
   options.regions.max_rings_per_session =
       absl::GetFlag(FLAGS_max_rings_per_session);
@@ -329,28 +329,35 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
       absl::Microseconds(absl::GetFlag(FLAGS_max_queue_delay_us));
   options.executor.batching.idle_spin =
       absl::Microseconds(absl::GetFlag(FLAGS_worker_spin_us));
-  options.limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  options.limits.max_dimension = absl::GetFlag(FLAGS_max_dimension);
-  options.limits.max_list_products = absl::GetFlag(FLAGS_max_list_products);
-  options.limits.max_list_scratch_bytes =
+  options.service.admission.limits.max_message_bytes =
+      absl::GetFlag(FLAGS_max_message_bytes);
+  options.service.admission.limits.max_dimension =
+      absl::GetFlag(FLAGS_max_dimension);
+  options.service.admission.limits.max_list_products =
+      absl::GetFlag(FLAGS_max_list_products);
+  options.service.admission.limits.max_list_scratch_bytes =
       absl::GetFlag(FLAGS_max_list_scratch_bytes);
-  if (options.limits.max_list_products < 1 ||
-      options.limits.max_list_scratch_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--max_list_products is ", options.limits.max_list_products,
-        " and --max_list_scratch_bytes ", options.limits.max_list_scratch_bytes,
-        "; expected at least 1 and at least 0"));
+  if (options.service.admission.limits.max_list_products < 1 ||
+      options.service.admission.limits.max_list_scratch_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_list_products is ",
+                     options.service.admission.limits.max_list_products,
+                     " and --max_list_scratch_bytes ",
+                     options.service.admission.limits.max_list_scratch_bytes,
+                     "; expected at least 1 and at least 0"));
   }
-  options.shm_prefix = absl::GetFlag(FLAGS_shm_prefix);
-  options.allow_other_shm_owners = absl::GetFlag(FLAGS_allow_other_shm_owners);
-  options.rings.pollers = absl::GetFlag(FLAGS_ring_pollers);
-  if (options.rings.pollers < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--ring_pollers is ", options.rings.pollers, "; expected at least 1"));
+  options.service.shm.prefix = absl::GetFlag(FLAGS_shm_prefix);
+  options.service.shm.allow_other_owners =
+      absl::GetFlag(FLAGS_allow_other_shm_owners);
+  options.service.rings.pollers = absl::GetFlag(FLAGS_ring_pollers);
+  if (options.service.rings.pollers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ring_pollers is ", options.service.rings.pollers,
+                     "; expected at least 1"));
   }
-  options.rings.poll_spin =
+  options.service.rings.poll_spin =
       absl::Microseconds(absl::GetFlag(FLAGS_ring_poll_spin_us));
-  options.rings.max_rings = absl::GetFlag(FLAGS_max_rings);
+  options.service.rings.max_rings = absl::GetFlag(FLAGS_max_rings);
   options.regions.max_regions_per_session =
       absl::GetFlag(FLAGS_max_regions_per_session);
   options.regions.max_bytes_per_session =
@@ -364,17 +371,17 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
   options.grpc_transport = *std::move(grpc_args);
   const std::string unary_api = absl::GetFlag(FLAGS_unary_api);
   if (unary_api == "callback") {
-    options.unary_api = UnaryApi::kCallback;
+    options.service.unary_api = UnaryApi::kCallback;
   } else if (unary_api == "sync") {
-    options.unary_api = UnaryApi::kSync;
+    options.service.unary_api = UnaryApi::kSync;
   } else if (unary_api == "callback_run_small") {
-    options.unary_api = UnaryApi::kCallbackRunSmall;
+    options.service.unary_api = UnaryApi::kCallbackRunSmall;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat("--unary_api is '", unary_api,
                      "'; expected callback, sync or callback_run_small"));
   }
-  options.caller_thread_max_flops =
+  options.service.admission.caller_thread_max_flops =
       absl::GetFlag(FLAGS_caller_thread_max_mflop) * 1e6;
   settings.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   return settings;

@@ -84,13 +84,14 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
   if (options.listen.empty()) {
     return absl::InvalidArgumentError("no listen address; give --listen");
   }
-  if (options.limits.max_message_bytes < 1024 ||
-      options.limits.max_message_bytes > INT32_MAX) {
+  if (options.service.admission.limits.max_message_bytes < 1024 ||
+      options.service.admission.limits.max_message_bytes > INT32_MAX) {
     return absl::InvalidArgumentError(
-        absl::StrCat("max_message_bytes is ", options.limits.max_message_bytes,
+        absl::StrCat("max_message_bytes is ",
+                     options.service.admission.limits.max_message_bytes,
                      "; expected 1024 to ", INT32_MAX));
   }
-  if (absl::Status prefix = CheckShmName(options.shm_prefix, "");
+  if (absl::Status prefix = CheckShmName(options.service.shm.prefix, "");
       !prefix.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--shm_prefix: ", prefix.message()));
@@ -110,8 +111,7 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
                                 gauged->devices().front(),
                                 [gauged] { return gauged->Gauges(); });
     RegionOpenOptions region_options;
-    region_options.shm_prefix = options.shm_prefix;
-    region_options.allow_other_shm_owners = options.allow_other_shm_owners;
+    region_options.shm = options.service.shm;
     region_options.cuda_device = lane.backend->cuda_device();
     lane.region_opener = std::make_unique<RegionOpener>(region_options);
     // One device per backend (backend_factory), listed by GetServerInfo in
@@ -149,16 +149,8 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
     }
     return gauges;
   });
-  MatmulServiceOptions service;
-  service.admission = {
-      .limits = options.limits,
-      .max_in_flight_per_client = options.max_in_flight_per_client,
-      .caller_thread_max_flops = options.caller_thread_max_flops};
+  MatmulServiceOptions service = options.service;
   service.max_concurrent_requests = max_concurrent;
-  service.shm_prefix = options.shm_prefix;
-  service.allow_other_shm_owners = options.allow_other_shm_owners;
-  service.rings = options.rings;
-  service.unary_api = options.unary_api;
   server->service_ = std::make_unique<MatmulServiceImpl>(
       server->lanes_, *server->metrics_, *server->registry_, server->in_flight_,
       service);
@@ -184,9 +176,9 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
                              &server->bound_ports_[i]);
   }
   builder.SetMaxReceiveMessageSize(
-      static_cast<int>(options.limits.max_message_bytes));
+      static_cast<int>(options.service.admission.limits.max_message_bytes));
   builder.SetMaxSendMessageSize(
-      static_cast<int>(options.limits.max_message_bytes));
+      static_cast<int>(options.service.admission.limits.max_message_bytes));
   // Connections from the unix listeners take the server's arguments too
   // (AddInsecureChannelFromFd).
   ApplyGrpcTransportArgs(options.grpc_transport, builder);

@@ -42,26 +42,16 @@ struct ServerOptions {
   TlsOptions tls;
   // Plaintext TCP is refused beyond loopback unless this is set.
   bool allow_insecure_tcp = false;
-  // Requests one client (process, or TCP host) may have in flight.
-  int max_in_flight_per_client = 128;
   // host:port of the Prometheus endpoint; empty serves none.
   std::string metrics_listen = "127.0.0.1:9466";
   int max_metric_shapes = 64;
   ExecutorOptions executor;
-  ValidationLimits limits;
   RegionRegistryOptions regions;
-  std::string shm_prefix = "matmul";
-  // Serve shm segments (and rings) whose owner is not the caller: only
-  // where the operator vouches for every local user.
-  bool allow_other_shm_owners = false;
-  RingOptions rings;
-  // Unary calls on the synchronous API (unary_api kSync, or
-  // kCallbackRunSmall) run products up to this many FLOPs on their own
-  // gRPC thread when a worker is idle and nothing is queued (no hand-off
-  // to a worker); 0 always hands off.
-  double caller_thread_max_flops = 64e6;
-  // The gRPC API of unary Matmul calls (--unary_api).
-  UnaryApi unary_api = UnaryApi::kCallback;
+  // The gRPC service and what it admits: request limits (also the gRPC
+  // message size), per-client quota, shm access (regions use it too),
+  // rings, the unary API. Its max_concurrent_requests is the server's to
+  // work out.
+  MatmulServiceOptions service;
   // HTTP/2 and buffer settings of every connection (--grpc_args).
   GrpcTransportArgs grpc_transport;
   // Runs (on a worker thread) once a lane's device is lost (see

@@ -137,8 +137,8 @@ TEST(IntegrationTest, UnaryCallsOnEitherApiAndThreadMatchFp64) {
       SCOPED_TRACE(absl::StrCat("unary api ", static_cast<int>(api),
                                 ", caller_thread_max_flops ", max_flops));
       ServerOptions options = TestDaemon::DefaultOptions();
-      options.unary_api = api;
-      options.caller_thread_max_flops = max_flops;
+      options.service.unary_api = api;
+      options.service.admission.caller_thread_max_flops = max_flops;
       TestDaemon daemon(options);
       std::mt19937_64 rng(5);
       std::vector<v1::MatmulRequest> requests;
@@ -340,7 +340,7 @@ TEST_F(BadInputTest, ExpiredDeadline) {
 
 TEST(MessageLimitTest, RequestOverTheSizeLimitIsResourceExhausted) {
   ServerOptions options = TestDaemon::DefaultOptions();
-  options.limits.max_message_bytes = 64 << 10;
+  options.service.admission.limits.max_message_bytes = 64 << 10;
   TestDaemon daemon(options);
   std::mt19937_64 rng(5);
   auto big = MakeRandomRequest({.m = 200, .n = 8, .k = 200}, rng);  // 80 KB A

@@ -240,7 +240,7 @@ TEST_F(RingTest, BadRingOptionsAreRefused) {
 ServerOptions OneWorkerOneRing() {
   ServerOptions options = TestDaemon::DefaultOptions();
   options.executor.worker_threads = 1;
-  options.rings.max_rings = 1;
+  options.service.rings.max_rings = 1;
   return options;
 }
 

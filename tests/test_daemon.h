@@ -128,7 +128,8 @@ class TestDaemon {
     EXPECT_TRUE(server.ok()) << server.status();
     if (server.ok()) server_ = *std::move(server);
     ClientOptions client_options;
-    client_options.max_message_bytes = options.limits.max_message_bytes * 2;
+    client_options.max_message_bytes =
+        options.service.admission.limits.max_message_bytes * 2;
     client_options.wait_for_ready = true;
     auto client = Client::Create("unix:" + socket_, client_options);
     EXPECT_TRUE(client.ok()) << client.status();

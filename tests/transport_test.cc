@@ -339,7 +339,7 @@ TEST(ClientQuotaTest, AFloodingClientCannotCrowdOutAnother) {
   options.executor.worker_threads = 1;
   options.executor.batching.max_batch_size = 1;
   options.executor.batching.max_queue_size = 16;
-  options.max_in_flight_per_client = 8;
+  options.service.admission.max_in_flight_per_client = 8;
   TestDaemon daemon(options);
   std::string flood_report;
   std::thread flooder([&] {

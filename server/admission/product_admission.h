@@ -50,11 +50,13 @@ BatchPlacement PlaceInBatches(const GemmProblem& problem, bool on_device,
 
 struct AdmissionOptions {
   ValidationLimits limits;
-  // Requests in flight per client (ClientQuota; 0: no bound).
-  int max_in_flight_per_client = 0;
-  // Products up to this size may run on the transport's own thread, where
-  // it allows (CallControl::may_run_on_caller).
-  double caller_thread_max_flops = 0;
+  // Requests in flight per client, a process or a TCP host (ClientQuota;
+  // 0: no bound).
+  int max_in_flight_per_client = 128;
+  // Products up to this many FLOPs may run on the transport's own thread
+  // where it allows (CallControl::may_run_on_caller: the synchronous unary
+  // API) when a worker is idle and nothing is queued; 0 always hands off.
+  double caller_thread_max_flops = 64e6;
 };
 
 class ProductAdmission final : public ProductSubmitter {

@@ -92,7 +92,7 @@ class LaneRoutingTest : public ::testing::Test {
         lanes_, *metrics_, registry_, in_flight_,
         MatmulServiceOptions{.admission = {.max_in_flight_per_client = 8},
                              .max_concurrent_requests = 64,
-                             .shm_prefix = "matmul-"});
+                             .shm = {.prefix = "matmul-"}});
   }
   ~LaneRoutingTest() override {
     for (FakeGpuBackend* backend : backends_) {

@@ -183,8 +183,8 @@ grpc::ServerWriteReactor<v1::RingEvent>* MatmulServiceImpl::AttachRing(
     return refuse(status);
   };
   absl::StatusOr<std::unique_ptr<AttachedRing>> ring =
-      AttachedRing::Open(*request, options_.shm_prefix, peer->credentials,
-                         options_.allow_other_shm_owners);
+      AttachedRing::Open(*request, options_.shm.prefix, peer->credentials,
+                         options_.shm.allow_other_owners);
   if (!ring.ok()) return refuse_and_release(ring.status());
   absl::MutexLock lock(&sessions_mu_);
   if (closing_) {

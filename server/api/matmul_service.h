@@ -23,6 +23,7 @@
 #include "server/product/request_validation.h"
 #include "server/regions/region_opener.h"
 #include "server/regions/region_registry.h"
+#include "server/regions/shm_region.h"
 #include "server/ring/ring_pollers.h"
 
 namespace matmul {
@@ -62,10 +63,8 @@ struct MatmulServiceOptions {
   AdmissionOptions admission;
   // Reported by GetServerInfo.
   int max_concurrent_requests = 0;
-  // Shared-memory regions and rings must be named with this prefix, and
-  // belong to their caller unless allow_other_shm_owners.
-  std::string shm_prefix = "matmul";
-  bool allow_other_shm_owners = false;
+  // The shm objects that rings may name (regions: RegionOpenOptions).
+  ShmAccess shm;
   RingOptions rings;
   UnaryApi unary_api = UnaryApi::kCallback;
 };

@@ -46,7 +46,7 @@ class MatmulServiceTest : public ::testing::Test {
         lanes_, *metrics_, registry_, in_flight_,
         MatmulServiceOptions{.admission = {.max_in_flight_per_client = 1},
                              .max_concurrent_requests = 64,
-                             .shm_prefix = "matmul-"});
+                             .shm = {.prefix = "matmul-"}});
   }
   ~MatmulServiceTest() override {
     backend_->Open();

@@ -86,7 +86,7 @@ class ProductListTest : public ::testing::Test {
             .admission = {.limits = {.max_list_products = 8,
                                      .max_list_scratch_bytes = 1 << 20}},
             .max_concurrent_requests = 64,
-            .shm_prefix = "matmul-"});
+            .shm = {.prefix = "matmul-"}});
     released_ = std::make_shared<bool>(false);
     auto region = MakeTestRegion({.size = kRegionBytes, .released = released_});
     region_ = region.get();

@@ -13,8 +13,8 @@ RegionOpener::RegionOpener(const RegionOpenOptions& options)
 absl::StatusOr<std::unique_ptr<Region>> RegionOpener::OpenShm(
     const v1::ShmRegion& shm, const PeerCredentials& peer) {
   absl::StatusOr<std::unique_ptr<ShmRegion>> region =
-      ShmRegion::Open(shm.name(), options_.shm_prefix, shm.offset_bytes(),
-                      shm.size_bytes(), peer, options_.allow_other_shm_owners);
+      ShmRegion::Open(shm.name(), options_.shm.prefix, shm.offset_bytes(),
+                      shm.size_bytes(), peer, options_.shm.allow_other_owners);
   if (!region.ok()) return region.status();
   if (options_.cuda_device < 0)
     return std::unique_ptr<Region>(*std::move(region));

@@ -13,16 +13,14 @@
 #include "matmul/v1/matmul.pb.h"
 #include "server/regions/cuda_region_opener.h"
 #include "server/regions/region.h"
+#include "server/regions/shm_region.h"
 #include "server/transport/peer_credentials.h"
 
 namespace matmul {
 
 struct RegionOpenOptions {
-  std::string shm_prefix = "matmul";  // shm names must start with it
+  ShmAccess shm;
   int cuda_device = -1;  // the backend's device; -1 on the CPU backend
-  // Lets a caller use shm segments that another user owns (otherwise only
-  // their owner, or a root caller, may).
-  bool allow_other_shm_owners = false;
 };
 
 class RegionOpener {

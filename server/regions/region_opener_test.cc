@@ -79,7 +79,7 @@ TEST(ShmOwnerTest, ASegmentIsUsedOnlyForItsOwner) {
   // A root caller may use any.
   EXPECT_TRUE(opener.Open(segment.Request(4096), Caller(0)).ok());
   // And the option lets anyone.
-  RegionOpener lenient(RegionOpenOptions{.allow_other_shm_owners = true});
+  RegionOpener lenient(RegionOpenOptions{.shm = {.allow_other_owners = true}});
   EXPECT_TRUE(lenient.Open(segment.Request(4096), Caller(other)).ok());
 }
 
@@ -99,7 +99,7 @@ TEST(ShmOwnerTest, ASegmentChownedToAnotherUserIsRefused) {
                                      " but the caller runs as uid 1000")));
   // Its owner may; with the option, anyone.
   EXPECT_TRUE(opener.Open(segment.Request(4096), Caller(kNobody)).ok());
-  RegionOpener lenient(RegionOpenOptions{.allow_other_shm_owners = true});
+  RegionOpener lenient(RegionOpenOptions{.shm = {.allow_other_owners = true}});
   EXPECT_TRUE(lenient.Open(segment.Request(4096), Caller(1000)).ok());
 }
 

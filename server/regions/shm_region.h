@@ -17,6 +17,17 @@
 
 namespace matmul {
 
+// Which shm objects the daemon serves, regions and rings alike
+// (--shm_prefix, --allow_other_shm_owners).
+struct ShmAccess {
+  // Names must start with it.
+  std::string prefix = "matmul";
+  // Objects another user owns are served too (otherwise only their owner,
+  // or a root caller, may use them): only where the operator vouches for
+  // every local user.
+  bool allow_other_owners = false;
+};
+
 class ShmRegion final : public Region {
  public:
   // Opens /dev/shm/<name>, checks (fstat of the opened object, before

@@ -49,7 +49,7 @@ class Service {
         lanes_, *metrics_, registry_, in_flight_,
         MatmulServiceOptions{.admission = {.limits = limits_},
                              .max_concurrent_requests = 16,
-                             .shm_prefix = "matmul-fuzz"});
+                             .shm = {.prefix = "matmul-fuzz"}});
   }
 
   MatmulServiceImpl& service() { return *service_; }
