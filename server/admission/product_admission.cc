@@ -9,6 +9,7 @@
 #include "common/gemm/shape_name.h"
 #include "common/gemm/stream_order.h"
 #include "kernels/gemm_batch.h"
+#include "server/admission/request_answer.h"
 #include "server/product/pending_product.h"
 
 namespace matmul {
@@ -97,18 +98,13 @@ void ProductAdmission::Submit(CallControl control,
                               v1::MatmulResponse* response,
                               absl::AnyInvocable<void(absl::Status) &&> done) {
   const absl::Time accepted = absl::Now();
-  metrics_.RequestStarted();
-  // Every path ends here: count the outcome under the request's shape
-  // (none until it is validated), then answer.
-  auto shape = std::make_shared<std::string>();
-  absl::AnyInvocable<void(absl::Status)> finish =
-      [this, shape, done = std::move(done)](absl::Status status) mutable {
-        metrics_.CountRequest(*shape, status.code());
-        metrics_.RequestFinished();
-        std::move(done)(std::move(status));
-      };
+  // Every path below ends in the answer's Send, once.
+  auto answer = std::make_unique<RequestAnswer>(metrics_, std::move(done));
+  auto refuse = [&answer](absl::Status status) {
+    std::move(*answer).Send(std::move(status));
+  };
   if (control.deadline <= accepted) {
-    finish(absl::DeadlineExceededError(
+    refuse(absl::DeadlineExceededError(
         "the request's deadline had passed when it arrived"));
     return;
   }
@@ -117,41 +113,38 @@ void ProductAdmission::Submit(CallControl control,
   const bool is_list = request->products_size() > 0;
   std::optional<MatmulPlan> plan;
   std::optional<ListPlan> list_plan;
+  std::string shape;
   if (is_list) {
     absl::StatusOr<ListPlan> validated =
         ValidateList(*request, options_.limits);
     if (!validated.ok()) {
-      finish(validated.status());
+      refuse(validated.status());
       return;
     }
     list_plan = *std::move(validated);
-    *shape = std::string(kListShape);
+    shape = std::string(kListShape);
   } else {
     absl::StatusOr<MatmulPlan> validated =
         ValidateRequest(*request, options_.limits);
     if (!validated.ok()) {
-      finish(validated.status());
+      refuse(validated.status());
       return;
     }
     plan = *std::move(validated);
-    *shape = ShapeName(plan->problem);
+    shape = ShapeName(plan->problem);
   }
+  answer->set_shape(shape);
   if (absl::Status access = CheckRegionAccess(control, *request);
       !access.ok()) {
-    finish(std::move(access));
+    refuse(std::move(access));
     return;
   }
   if (absl::Status share = client_quota_.Acquire(control.client_key);
       !share.ok()) {
-    finish(std::move(share));
+    refuse(std::move(share));
     return;
   }
-  // From here on the request holds a place in its client's quota.
-  finish = [this, key = control.client_key,
-            finish = std::move(finish)](absl::Status status) mutable {
-    client_quota_.Release(key);
-    std::move(finish)(std::move(status));
-  };
+  answer->HoldShare(client_quota_, control.client_key);
   // Regions are looked up and bounds-checked now, before any queueing. On
   // a GPU backend region operands are bound as the device sees them; a
   // product with any inline operand is staged through device buffers.
@@ -162,7 +155,7 @@ void ProductAdmission::Submit(CallControl control,
     absl::StatusOr<std::unique_ptr<BoundList>> list =
         BoundList::Bind(*list_plan, *request, registry_, device_pointers);
     if (!list.ok()) {
-      finish(list.status());
+      refuse(list.status());
       return;
     }
     product->list = *std::move(list);
@@ -171,7 +164,7 @@ void ProductAdmission::Submit(CallControl control,
     absl::StatusOr<std::unique_ptr<BoundOperands>> operands =
         BoundOperands::Bind(*plan, *request, registry_, device_pointers);
     if (!operands.ok()) {
-      finish(operands.status());
+      refuse(operands.status());
       return;
     }
     product->operands = *std::move(operands);
@@ -180,7 +173,7 @@ void ProductAdmission::Submit(CallControl control,
   }
   absl::StatusOr<DeviceLane*> lane = LaneFor(cuda_device);
   if (!lane.ok()) {
-    finish(lane.status());
+    refuse(lane.status());
     return;
   }
   product->request = request;
@@ -188,8 +181,13 @@ void ProductAdmission::Submit(CallControl control,
   const bool may_run_here =
       control.may_run_on_caller && !is_list &&
       product->operands->problem().flops() <= options_.caller_thread_max_flops;
+  // From here the in-flight table holds the answer: the product's end or
+  // the shutdown's give-up, whichever comes first, sends it.
   product->in_flight =
-      in_flight_.Add(control.origin, *shape, accepted, std::move(finish));
+      in_flight_.Add(control.origin, shape, accepted,
+                     [answer = std::move(answer)](absl::Status status) mutable {
+                       std::move(*answer).Send(std::move(status));
+                     });
   if (product->in_flight == nullptr) return;  // answered: the daemon stops
   product->finish = [in_flight = product->in_flight](absl::Status status) {
     in_flight->Answer(std::move(status));
