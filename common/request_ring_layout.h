@@ -20,7 +20,9 @@
 // wake the client's completion thread if it sleeps; otherwise wake the
 // client if it sleeps on the slot itself. Many requests in flight are best
 // served by one client thread reading the completion queue: the daemon
-// then makes no system call per answer while that thread is busy.
+// then makes no system call per answer while that thread is busy. These
+// steps are written once, in the ring codec (common/ring/): RingView's
+// single steps, and ClientProtocol and DaemonProtocol built from them.
 //
 // The daemon trusts nothing in the mapping: it keeps its own queue head,
 // checks every slot index, state and length, and copies a request out of

@@ -39,11 +39,7 @@ absl::StatusOr<std::unique_ptr<RequestRing>> RequestRing::Attach(
           options.shm_prefix);
   if (!segment.ok()) return segment.status();
   // The object reads as zeros: every atomic starts at 0, every slot kFree.
-  ring::RingHeader* header = ring::Header((*segment)->data());
-  header->magic = ring::kMagic;
-  header->version = ring::kVersion;
-  header->slot_count = slots;
-  header->slot_bytes = slot_bytes;
+  ring::RingView((*segment)->data(), slots, slot_bytes).WriteRingHeader();
 
   std::unique_ptr<RequestRing> ring =
       absl::WrapUnique(new RequestRing(client, options, *std::move(segment)));
@@ -77,6 +73,9 @@ RequestRing::RequestRing(Client& client, const RequestRingOptions& options,
     : client_(client),
       options_(options),
       segment_(std::move(segment)),
+      protocol_(ring::RingView(segment_->data(),
+                               static_cast<uint32_t>(options.slots),
+                               static_cast<uint32_t>(options.slot_bytes))),
       pending_(options.slots) {
   for (int slot = options.slots - 1; slot >= 0; --slot) {
     free_.push_back(static_cast<uint32_t>(slot));
@@ -92,18 +91,11 @@ RequestRing::~RequestRing() {
     // timeout. Changing the futex word makes that wait return at once; the
     // thread re-checks stopping_ after it loads the word (seq_cst on both
     // sides, a store then a load each: Dekker).
-    ring::RingHeader* header = ring::Header(segment_->data());
-    header->answers.fetch_add(1);
-    ring::FutexWakeAll(header->answers);
+    protocol_.InterruptCompletionSleep();
     completion_thread_.join();
   }
   FailAsync(absl::InfiniteFuture(), /*all=*/true,
             absl::CancelledError("the request ring was destroyed"));
-}
-
-ring::SlotHeader* RequestRing::SlotAt(uint32_t index) const {
-  return ring::Slot(segment_->data(), options_.slots, options_.slot_bytes,
-                    index);
 }
 
 absl::Status RequestRing::NoFreeSlot(absl::Duration timeout) const {
@@ -119,7 +111,7 @@ bool RequestRing::NeedsGrpc(const v1::MatmulRequest& request) const {
   const bool inline_output =
       request.products_size() == 0 && !request.c().has_region();
   return inline_output ||
-         request.ByteSizeLong() > ring::PayloadBytes(options_.slot_bytes);
+         request.ByteSizeLong() > protocol_.view().payload_bytes();
 }
 
 absl::StatusOr<v1::MatmulResponse> RequestRing::Matmul(
@@ -135,9 +127,8 @@ std::optional<uint32_t> RequestRing::AcquireSlot(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   while (true) {
     for (size_t i = 0; i < abandoned_.size();) {
-      ring::SlotHeader* slot = SlotAt(abandoned_[i]);
-      if (slot->state.load(std::memory_order_acquire) == ring::kDone) {
-        slot->state.store(ring::kFree, std::memory_order_relaxed);
+      if (protocol_.Done(abandoned_[i])) {
+        protocol_.Free(abandoned_[i]);
         free_.push_back(abandoned_[i]);
         abandoned_[i] = abandoned_.back();
         abandoned_.pop_back();
@@ -167,37 +158,19 @@ void RequestRing::ReleaseSlot(uint32_t slot) {
   free_.push_back(slot);
 }
 
-void RequestRing::Submit(uint32_t index, const v1::MatmulRequest& request,
+void RequestRing::Submit(uint32_t slot, const v1::MatmulRequest& request,
                          absl::Duration timeout, bool notify) {
-  void* base = segment_->data();
-  ring::SlotHeader* slot = SlotAt(index);
   // ByteSizeLong (in NeedsGrpc) cached the sizes this serialization uses.
-  slot->request_bytes = static_cast<uint32_t>(request.GetCachedSize());
   request.SerializeWithCachedSizesToArray(
-      reinterpret_cast<uint8_t*>(ring::Payload(slot)));
-  slot->response_bytes = 0;
-  slot->notify = notify ? 1 : 0;
-  slot->timeout_ns = absl::ToInt64Nanoseconds(timeout);
-  slot->state.store(ring::kSubmitted, std::memory_order_release);
-
-  ring::RingHeader* header = ring::Header(base);
-  const uint64_t position = header->submit_tail.fetch_add(1);
-  ring::QueueEntry& entry = ring::SubmitQueue(base)[position % options_.slots];
-  entry.slot = index;
-  entry.sequence.store(position + 1, std::memory_order_release);
-  // seq_cst, as WaitForDoorbell's flag store and doorbell load: each side
-  // stores, then loads what the other stored (Dekker); weaker, both could
-  // miss the other's store, and this request would wait out the daemon's
-  // sleep.
-  header->doorbell.fetch_add(1);
-  if (header->daemon_sleeping.load() != 0) ring::FutexWakeAll(header->doorbell);
+      reinterpret_cast<uint8_t*>(protocol_.view().payload(slot)));
+  protocol_.Submit(slot, static_cast<uint32_t>(request.GetCachedSize()),
+                   absl::ToInt64Nanoseconds(timeout), notify);
 }
 
-bool RequestRing::WaitForAnswer(uint32_t index, absl::Time deadline) {
-  ring::SlotHeader* slot = SlotAt(index);
+bool RequestRing::WaitForAnswer(uint32_t slot, absl::Time deadline) {
   const absl::Time spin_until = absl::Now() + options_.spin;
   absl::Time detached_at = absl::InfiniteFuture();
-  while (slot->state.load(std::memory_order_acquire) != ring::kDone) {
+  while (!protocol_.Done(slot)) {
     const absl::Time now = absl::Now();
     if (now < spin_until) {
       ring::CpuRelax();
@@ -209,26 +182,20 @@ bool RequestRing::WaitForAnswer(uint32_t index, absl::Time deadline) {
       detached_at = now;
     }
     if (now - detached_at > kDetachGrace) return false;
-    // seq_cst, as Complete's state store and client_waiting load (Dekker,
-    // see doorbell in Submit): weaker could lose the wake-up.
-    slot->client_waiting.store(1);
-    if (slot->state.load() != ring::kDone) {
-      ring::FutexWait(slot->state, ring::kSubmitted,
-                      std::min(deadline - now, absl::Milliseconds(10)));
-    }
-    slot->client_waiting.store(0, std::memory_order_relaxed);
+    protocol_.SleepUntilDone(slot,
+                             std::min(deadline - now, absl::Milliseconds(10)));
   }
   return true;
 }
 
-absl::Status RequestRing::ReadAnswer(uint32_t index,
+absl::Status RequestRing::ReadAnswer(uint32_t slot,
                                      v1::MatmulResponse* response) {
-  ring::SlotHeader* slot = SlotAt(index);
-  const uint32_t bytes = slot->response_bytes;
-  if (bytes > ring::PayloadBytes(options_.slot_bytes) ||
-      !response->ParseFromArray(ring::Payload(slot), static_cast<int>(bytes))) {
+  const ring::RingView& view = protocol_.view();
+  const uint32_t bytes = view.ResponseBytes(slot);
+  if (bytes > view.payload_bytes() ||
+      !response->ParseFromArray(view.payload(slot), static_cast<int>(bytes))) {
     return absl::InternalError(absl::StrCat("the daemon's answer in ring slot ",
-                                            index, " (", bytes,
+                                            slot, " (", bytes,
                                             " bytes) is not a MatmulResponse"));
   }
   return ResponseStatus(*response);
@@ -266,7 +233,7 @@ absl::Status RequestRing::Call(const v1::MatmulRequest& request,
                      absl::FormatDuration(timeout)));
   }
   absl::Status status = ReadAnswer(*slot, response);
-  SlotAt(*slot)->state.store(ring::kFree, std::memory_order_relaxed);
+  protocol_.Free(*slot);
   ReleaseSlot(*slot);
   return status;
 }
@@ -344,19 +311,13 @@ void RequestRing::SubmitDeferred() {
 }
 
 void RequestRing::CompleteLoop() {
-  void* base = segment_->data();
-  ring::RingHeader* header = ring::Header(base);
-  ring::QueueEntry* queue = ring::CompleteQueue(base, options_.slots);
   absl::Time last_answer = absl::Now();
   absl::Time last_sweep = last_answer;
   absl::Time detached_at = absl::InfiniteFuture();
   while (!stopping_.load(std::memory_order_relaxed)) {
-    ring::QueueEntry& next = queue[complete_head_ % options_.slots];
-    if (next.sequence.load(std::memory_order_acquire) == complete_head_ + 1) {
-      const uint32_t slot = next.slot;
-      ++complete_head_;
-      if (slot < static_cast<uint32_t>(options_.slots)) {
-        FinishAsync(slot);
+    if (const std::optional<uint32_t> slot = protocol_.TakeCompletion()) {
+      if (*slot < static_cast<uint32_t>(options_.slots)) {
+        FinishAsync(*slot);
         SubmitDeferred();
       }
       last_answer = absl::Now();
@@ -383,17 +344,11 @@ void RequestRing::CompleteLoop() {
       ring::CpuRelax();
       continue;
     }
-    // seq_cst, as Complete's bump of `answers` and client_sleeping load
-    // (Dekker, see doorbell in Submit): weaker could lose the wake-up.
-    header->client_sleeping.store(1);
-    const uint32_t seen = header->answers.load();
-    if (next.sequence.load() != complete_head_ + 1 && !stopping_.load()) {
-      // Deadlines are checked every few milliseconds while calls are out.
-      ring::FutexWait(header->answers, seen,
-                      async_in_flight_.load() > 0 ? absl::Milliseconds(5)
-                                                  : absl::Milliseconds(100));
-    }
-    header->client_sleeping.store(0, std::memory_order_relaxed);
+    // Deadlines are checked every few milliseconds while calls are out.
+    protocol_.SleepUntilCompletion(async_in_flight_.load() > 0
+                                       ? absl::Milliseconds(5)
+                                       : absl::Milliseconds(100),
+                                   &stopping_);
   }
 }
 
@@ -409,7 +364,7 @@ void RequestRing::FinishAsync(uint32_t slot) {
       done = std::move(pending.done);
     }
     pending = Pending();
-    SlotAt(slot)->state.store(ring::kFree, std::memory_order_relaxed);
+    protocol_.Free(slot);
     free_.push_back(slot);
   }
   async_in_flight_.fetch_sub(1);

@@ -38,6 +38,7 @@
 #include "client/regions/shared_memory_segment.h"
 #include "client/session.h"
 #include "common/request_ring_layout.h"
+#include "common/ring/client_protocol.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul {
@@ -133,8 +134,6 @@ class RequestRing {
     Callback done;
   };
 
-  // The slot's header (and payload after it) in our mapping.
-  ring::SlotHeader* SlotAt(uint32_t index) const;
   // DEADLINE_EXCEEDED: every slot stayed in flight for `timeout`.
   absl::Status NoFreeSlot(absl::Duration timeout) const;
   // True when `request` travels over gRPC instead (one product with an
@@ -168,10 +167,11 @@ class RequestRing {
   Client& client_;
   const RequestRingOptions options_;
   const std::unique_ptr<SharedMemorySegment> segment_;
+  // Over segment_; its completion queue head is the completion thread's.
+  ring::ClientProtocol protocol_;
   std::unique_ptr<Stream> stream_;
   std::atomic<bool> stopping_{false};
   std::atomic<int> async_in_flight_{0};
-  uint64_t complete_head_ = 0;  // the completion thread's
   std::thread completion_thread_;
 
   absl::Mutex mu_;

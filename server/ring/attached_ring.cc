@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<AttachedRing>> AttachedRing::Open(
       new AttachedRing(*std::move(mapping), slots, slot_bytes));
   // Read once: the client may rewrite the header while we check it, and
   // the message must report what was checked.
-  const ring::RingHeader* header = ring::Header(ring->base_);
+  const ring::RingHeader* header = ring->protocol_.view().header();
   const uint32_t magic = ring::LoadOnce(header->magic);
   const uint32_t version = ring::LoadOnce(header->version);
   const uint32_t header_slots = ring::LoadOnce(header->slot_count);
@@ -50,16 +50,14 @@ absl::StatusOr<std::unique_ptr<AttachedRing>> AttachedRing::Open(
         ", version ", ring::kVersion, ", ", slots, " x ", slot_bytes, ")"));
   }
   // Clients reserve positions from the tail; start where they are.
-  ring->head_ = header->submit_tail.load(std::memory_order_acquire);
+  ring->protocol_.StartAtTail();
   return ring;
 }
 
 AttachedRing::AttachedRing(std::unique_ptr<ShmRegion> mapping,
                            uint32_t slot_count, uint32_t slot_bytes)
     : mapping_(std::move(mapping)),
-      base_(mapping_->host_data()),
-      slot_count_(slot_count),
-      slot_bytes_(slot_bytes),
+      protocol_(ring::RingView(mapping_->host_data(), slot_count, slot_bytes)),
       holder_(std::make_unique<std::atomic<uint8_t>[]>(slot_count)) {}
 
 absl::Status AttachedRing::FaultedStatus() const {
@@ -69,19 +67,11 @@ absl::Status AttachedRing::FaultedStatus() const {
       "more through it: attach a new ring");
 }
 
-ring::SlotHeader* AttachedRing::SlotAt(uint32_t index) const {
-  return ring::Slot(base_, slot_count_, slot_bytes_, index);
-}
-
 std::optional<uint32_t> AttachedRing::Take() {
-  for (uint32_t skipped = 0; skipped < slot_count_; ++skipped) {
-    ring::QueueEntry& entry = ring::SubmitQueue(base_)[head_ % slot_count_];
-    if (entry.sequence.load(std::memory_order_acquire) != head_ + 1) {
-      return std::nullopt;
-    }
-    const uint32_t slot = ring::LoadOnce(entry.slot);
-    ++head_;
-    if (slot < slot_count_ && TakeIfSubmitted(slot)) return slot;
+  for (uint32_t skipped = 0; skipped < slot_count(); ++skipped) {
+    const std::optional<uint32_t> slot = protocol_.NextSubmission();
+    if (!slot.has_value()) return std::nullopt;
+    if (*slot < slot_count() && TakeIfSubmitted(*slot)) return slot;
   }
   return std::nullopt;
 }
@@ -117,23 +107,10 @@ void AttachedRing::WaitForDoorbell(absl::Duration timeout) {
 }
 
 std::optional<ring::FutexWaitTarget> AttachedRing::PrepareToSleep() {
-  ring::RingHeader* header = ring::Header(base_);
-  // seq_cst, as the client's doorbell bump and daemon_sleeping load
-  // (Dekker): weaker, both could miss the other's store and a submission
-  // would wait out this sleep.
-  header->daemon_sleeping.store(1);
-  const uint32_t rung = header->doorbell.load();
-  // A submission published before the load above is seen here; one after
-  // it changes the doorbell, so the futex returns at once.
-  const ring::QueueEntry& next = ring::SubmitQueue(base_)[head_ % slot_count_];
-  if (next.sequence.load(std::memory_order_acquire) == head_ + 1) {
-    header->daemon_sleeping.store(0);
-    return std::nullopt;
-  }
-  return ring::FutexWaitTarget{&header->doorbell, rung};
+  return protocol_.PrepareToSleep();
 }
 
-void AttachedRing::Awake() { ring::Header(base_)->daemon_sleeping.store(0); }
+void AttachedRing::Awake() { protocol_.Awake(); }
 
 absl::Status AttachedRing::ReadRequest(uint32_t slot,
                                        v1::MatmulRequest* request,
@@ -141,7 +118,7 @@ absl::Status AttachedRing::ReadRequest(uint32_t slot,
   ring::SlotHeader* header = SlotAt(slot);
   const uint32_t bytes = ring::LoadOnce(header->request_bytes);
   const int64_t timeout_ns = ring::LoadOnce(header->timeout_ns);
-  const size_t capacity = ring::PayloadBytes(slot_bytes_);
+  const size_t capacity = protocol_.view().payload_bytes();
   if (bytes > capacity) {
     return absl::InvalidArgumentError(
         absl::StrCat("ring slot ", slot, ": request_bytes is ", bytes,
@@ -162,13 +139,14 @@ absl::Status AttachedRing::ReadRequest(uint32_t slot,
 void AttachedRing::Complete(uint32_t slot, const v1::MatmulResponse& response) {
   // The mapping is private zeros now: nobody would read the answer.
   if (faulted()) return;
-  ring::SlotHeader* header = SlotAt(slot);
-  const size_t capacity = ring::PayloadBytes(slot_bytes_);
+  const ring::RingView& view = protocol_.view();
+  char* const payload = view.payload(slot);
+  const size_t capacity = view.payload_bytes();
   const size_t bytes = response.ByteSizeLong();
   if (bytes <= capacity) {
     response.SerializeWithCachedSizesToArray(
-        reinterpret_cast<uint8_t*>(ring::Payload(header)));
-    header->response_bytes = static_cast<uint32_t>(bytes);
+        reinterpret_cast<uint8_t*>(payload));
+    protocol_.WriteResponseBytes(slot, static_cast<uint32_t>(bytes));
   } else {
     v1::MatmulResponse too_big;
     too_big.set_request_id(response.request_id());
@@ -177,33 +155,16 @@ void AttachedRing::Complete(uint32_t slot, const v1::MatmulResponse& response) {
     too_big.set_status_message(absl::StrCat(
         "the response (", bytes, " bytes) does not fit the ring slot (",
         capacity, " bytes); send requests with an inline output over gRPC"));
-    too_big.SerializeToArray(ring::Payload(header), static_cast<int>(capacity));
-    header->response_bytes = static_cast<uint32_t>(too_big.ByteSizeLong());
+    too_big.SerializeToArray(payload, static_cast<int>(capacity));
+    protocol_.WriteResponseBytes(slot,
+                                 static_cast<uint32_t>(too_big.ByteSizeLong()));
   }
-  const bool notify = ring::LoadOnce(header->notify) != 0;
+  const bool notify = protocol_.NotifyWanted(slot);
+  // kDone is stored while we hold the slot: see holder_.
   holder_[slot].store(kAnswering);
-  // Release: the response and response_bytes before the state the client
-  // acquires. seq_cst: ordered before the client_waiting load (Dekker with
-  // the client's client_waiting store and state load; weaker could lose
-  // its wake-up).
-  header->state.store(ring::kDone);
+  protocol_.MarkDone(slot);
   holder_[slot].store(kIdle);
-  if (!notify) {
-    if (header->client_waiting.load() != 0) ring::FutexWakeAll(header->state);
-    return;
-  }
-  ring::RingHeader* ring_header = ring::Header(base_);
-  const uint64_t position = ring_header->complete_tail.fetch_add(1);
-  ring::QueueEntry& entry =
-      ring::CompleteQueue(base_, slot_count_)[position % slot_count_];
-  entry.slot = slot;
-  entry.sequence.store(position + 1, std::memory_order_release);
-  // seq_cst, as the client's client_sleeping store and `answers` load
-  // (Dekker): weaker, both could miss the other's store.
-  ring_header->answers.fetch_add(1);
-  if (ring_header->client_sleeping.load() != 0) {
-    ring::FutexWakeAll(ring_header->answers);
-  }
+  protocol_.TellClient(slot, notify);
 }
 
 }  // namespace matmul

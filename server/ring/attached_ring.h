@@ -1,5 +1,6 @@
 // The daemon's side of one request ring (common/request_ring_layout.h): the
-// client's shm object mapped here, read and written through checks only.
+// client's shm object mapped here, read and written through checks only;
+// the protocol's steps are ring::DaemonProtocol's (common/ring/).
 // Thread-compatible for Take and the doorbell's calls (one poller); ReadRequest
 // and Complete may run on any thread for distinct slots.
 #ifndef MATMUL_SERVER_RING_ATTACHED_RING_H_
@@ -16,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/request_ring_layout.h"
+#include "common/ring/daemon_protocol.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/regions/shm_region.h"
 #include "server/transport/peer_credentials.h"
@@ -35,7 +37,7 @@ class AttachedRing {
       const v1::AttachRingRequest& request, const std::string& shm_prefix,
       const PeerCredentials& peer, bool allow_other_shm_owners = false);
 
-  uint32_t slot_count() const { return slot_count_; }
+  uint32_t slot_count() const { return protocol_.view().slot_count(); }
 
   // The next slot a client submitted, or nullopt when the queue is empty.
   // Entries naming a slot out of range, not in kSubmitted or already taken
@@ -84,16 +86,16 @@ class AttachedRing {
   AttachedRing(std::unique_ptr<ShmRegion> mapping, uint32_t slot_count,
                uint32_t slot_bytes);
 
-  ring::SlotHeader* SlotAt(uint32_t index) const;
+  ring::SlotHeader* SlotAt(uint32_t index) const {
+    return protocol_.view().slot(index);
+  }
   // Take's claim of one published slot: true when it is in kSubmitted and
   // no product of it is running or being answered.
   bool TakeIfSubmitted(uint32_t slot);
 
   const std::unique_ptr<ShmRegion> mapping_;
-  void* const base_;
-  const uint32_t slot_count_;
-  const uint32_t slot_bytes_;
-  uint64_t head_ = 0;    // our own queue head: never read from the mapping
+  // Over mapping_; holds our own queue head, never read from the mapping.
+  ring::DaemonProtocol protocol_;
   std::string scratch_;  // ReadRequest's copy of a request, reused
   std::atomic<bool> client_gone_{false};
   // Who holds each slot on the daemon's side, so that a slot published

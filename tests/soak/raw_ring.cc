@@ -45,20 +45,16 @@ absl::StatusOr<RawRing> RawRing::Open(Mapping mapping, uint32_t slot_count,
         absl::StrCat("a mapping of ", mapping.bytes, " bytes cannot hold ",
                      slot_count, " slots of ", slot_bytes, " bytes"));
   }
-  return RawRing(mapping.data, slot_count, slot_bytes);
+  return RawRing(ring::RingView(mapping.data, slot_count, slot_bytes));
 }
 
 void RawRing::WriteSlot(uint32_t index, absl::string_view payload,
                         uint32_t request_bytes, int64_t timeout_ns, bool notify,
                         uint32_t state) {
-  ring::SlotHeader* header = slot(index);
-  std::memcpy(ring::Payload(header), payload.data(),
+  std::memcpy(view_.payload(index), payload.data(),
               std::min<size_t>(payload.size(), payload_bytes()));
-  header->request_bytes = request_bytes;
-  header->response_bytes = 0;
-  header->notify = notify ? 1 : 0;
-  header->timeout_ns = timeout_ns;
-  header->state.store(state, std::memory_order_release);
+  view_.WriteRequestFields(index, request_bytes, timeout_ns, notify);
+  view_.PublishState(index, state);
 }
 
 bool RawRing::WriteRequest(uint32_t index, const v1::MatmulRequest& request,
@@ -71,28 +67,17 @@ bool RawRing::WriteRequest(uint32_t index, const v1::MatmulRequest& request,
 }
 
 uint64_t RawRing::Reserve(uint64_t count) {
-  return header()->submit_tail.fetch_add(count);
+  return view_.ReserveSubmissions(count);
 }
 
 void RawRing::Publish(uint64_t position, uint32_t slot_index,
                       uint64_t sequence) {
-  ring::QueueEntry& entry = ring::SubmitQueue(base_)[position % slot_count_];
-  entry.slot = slot_index;
-  entry.sequence.store(sequence, std::memory_order_release);
-  RingDoorbell();
-}
-
-void RawRing::RingDoorbell() {
-  // seq_cst, as RequestRing::Submit: the daemon's sleep flag is read after.
-  header()->doorbell.fetch_add(1);
-  if (header()->daemon_sleeping.load() != 0) {
-    ring::FutexWakeAll(header()->doorbell);
-  }
+  view_.PublishSubmission(position, slot_index, sequence);
+  view_.RingDoorbell();
 }
 
 bool RawRing::WaitDone(uint32_t index, absl::Time deadline) const {
-  const ring::SlotHeader* header = slot(index);
-  while (header->state.load(std::memory_order_acquire) != ring::kDone) {
+  while (view_.State(index) != ring::kDone) {
     if (absl::Now() >= deadline) return false;
     absl::SleepFor(absl::Microseconds(100));
   }
@@ -101,10 +86,9 @@ bool RawRing::WaitDone(uint32_t index, absl::Time deadline) const {
 
 absl::Status RawRing::ReadAnswer(uint32_t index,
                                  v1::MatmulResponse* response) const {
-  ring::SlotHeader* header = slot(index);
-  const uint32_t bytes = ring::LoadOnce(header->response_bytes);
+  const uint32_t bytes = view_.ResponseBytes(index);
   if (bytes > payload_bytes() ||
-      !response->ParseFromArray(ring::Payload(header),
+      !response->ParseFromArray(view_.payload(index),
                                 static_cast<int>(bytes))) {
     return absl::InternalError(absl::StrCat("the daemon's answer in ring slot ",
                                             index, " (", bytes,
@@ -114,12 +98,10 @@ absl::Status RawRing::ReadAnswer(uint32_t index,
 }
 
 int RawRing::CompletionsOf(uint32_t index, uint64_t from, uint64_t to) const {
-  const ring::QueueEntry* queue = ring::CompleteQueue(base_, slot_count_);
   int count = 0;
   for (uint64_t position = from; position < to; ++position) {
-    const ring::QueueEntry& entry = queue[position % slot_count_];
-    if (entry.sequence.load(std::memory_order_acquire) == position + 1 &&
-        ring::LoadOnce(entry.slot) == index) {
+    if (view_.CompletionPublished(position) &&
+        view_.CompletedSlot(position) == index) {
       ++count;
     }
   }

@@ -5,10 +5,13 @@
 // found by its name in /proc/self/maps (no privilege needed: it is this
 // process's own memory).
 //
-// The daemon keeps its own queue head and checks every entry, so what is
-// written here can only lose the writer's own requests. Positions are
-// reserved from submit_tail like RequestRing's, so the two can share a
-// ring as long as the slots written here are not ones RequestRing uses.
+// Each call is one of the ring codec's low-level steps (ring::RingView,
+// common/ring/ring_view.h), or a few in a row, with whatever values the
+// caller gives. The daemon keeps its own queue head and checks every
+// entry, so what is written here can only lose the writer's own requests.
+// Positions are reserved from submit_tail like RequestRing's, so the two
+// can share a ring as long as the slots written here are not ones
+// RequestRing uses.
 #ifndef MATMUL_TESTS_SOAK_RAW_RING_H_
 #define MATMUL_TESTS_SOAK_RAW_RING_H_
 
@@ -20,6 +23,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/request_ring_layout.h"
+#include "common/ring/ring_view.h"
 #include "matmul/v1/matmul.pb.h"
 
 namespace matmul::soak {
@@ -39,14 +43,12 @@ class RawRing {
   static absl::StatusOr<RawRing> Open(Mapping mapping, uint32_t slot_count,
                                       uint32_t slot_bytes);
 
-  uint32_t slot_count() const { return slot_count_; }
+  uint32_t slot_count() const { return view_.slot_count(); }
   uint32_t payload_bytes() const {
-    return static_cast<uint32_t>(ring::PayloadBytes(slot_bytes_));
+    return static_cast<uint32_t>(view_.payload_bytes());
   }
-  ring::RingHeader* header() const { return ring::Header(base_); }
-  ring::SlotHeader* slot(uint32_t index) const {
-    return ring::Slot(base_, slot_count_, slot_bytes_, index);
-  }
+  ring::RingHeader* header() const { return view_.header(); }
+  ring::SlotHeader* slot(uint32_t index) const { return view_.slot(index); }
 
   // Writes `payload` (cut to the slot) into the slot with the fields
   // given, whatever they say, then stores `state` (release).
@@ -67,7 +69,7 @@ class RawRing {
   void Publish(uint64_t position, uint32_t slot) {
     Publish(position, slot, position + 1);
   }
-  void RingDoorbell();
+  void RingDoorbell() { view_.RingDoorbell(); }
 
   // Polls until the slot is kDone or `deadline` passes (false).
   bool WaitDone(uint32_t index, absl::Time deadline) const;
@@ -80,12 +82,9 @@ class RawRing {
   int CompletionsOf(uint32_t index, uint64_t from, uint64_t to) const;
 
  private:
-  RawRing(char* base, uint32_t slot_count, uint32_t slot_bytes)
-      : base_(base), slot_count_(slot_count), slot_bytes_(slot_bytes) {}
+  explicit RawRing(ring::RingView view) : view_(view) {}
 
-  char* base_;
-  uint32_t slot_count_;
-  uint32_t slot_bytes_;
+  ring::RingView view_;
 };
 
 }  // namespace matmul::soak

@@ -1,6 +1,8 @@
-// Both sides of a request ring laid out by hand, for the ring's unit
-// tests: the shm object with a valid header, and a client that follows the
-// ring's protocol (as RequestRing does) on a mapping of it.
+// A request ring for the ring's unit tests: the shm object with a valid
+// header, and a client that follows the ring's protocol
+// (ring::ClientProtocol, as RequestRing does) on a mapping of it, without
+// RequestRing's spinning, so that every answer goes through the sleeping
+// protocol.
 #ifndef MATMUL_SERVER_RING_TESTING_HAND_MADE_RING_H_
 #define MATMUL_SERVER_RING_TESTING_HAND_MADE_RING_H_
 
@@ -9,11 +11,14 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/request_ring_layout.h"
+#include "common/ring/client_protocol.h"
+#include "common/ring/ring_view.h"
 #include "gtest/gtest.h"
 #include "matmul/v1/matmul.pb.h"
 #include "server/transport/peer_credentials.h"
@@ -39,11 +44,7 @@ class HandMadeRing {
     EXPECT_NE(base_, MAP_FAILED);
     close(fd);
     bytes_ = bytes;
-    ring::RingHeader* header = ring::Header(base_);
-    header->magic = ring::kMagic;
-    header->version = ring::kVersion;
-    header->slot_count = kSlots;
-    header->slot_bytes = kSlotBytes;
+    view().WriteRingHeader();
   }
   ~HandMadeRing() {
     munmap(base_, bytes_);
@@ -58,24 +59,20 @@ class HandMadeRing {
     return request;
   }
 
-  ring::SlotHeader* Slot(uint32_t index) {
-    return ring::Slot(base_, kSlots, kSlotBytes, index);
-  }
+  ring::RingView view() const { return {base_, kSlots, kSlotBytes}; }
+  ring::SlotHeader* Slot(uint32_t index) { return view().slot(index); }
 
-  // Publishes `slot` in the queue as a client would.
+  // Publishes `slot` in the queue as a client would (without touching the
+  // slot or ringing the doorbell).
   void Submit(uint32_t slot) {
-    ring::RingHeader* header = ring::Header(base_);
-    const uint64_t position = header->submit_tail.fetch_add(1);
-    ring::QueueEntry& entry = ring::SubmitQueue(base_)[position % kSlots];
-    entry.slot = slot;
-    entry.sequence.store(position + 1);
+    view().PublishSubmission(view().ReserveSubmissions(), slot);
   }
 
-  ring::RingHeader* header() { return ring::Header(base_); }
+  ring::RingHeader* header() { return view().header(); }
   const std::string& name() const { return name_; }
   void* base() const { return base_; }
   ring::QueueEntry& CompleteEntry(uint32_t position) {
-    return ring::CompleteQueue(base_, kSlots)[position];
+    return view().complete_entry(position);
   }
 
   // Shrinks the object to nothing, as a hostile client would. This side's
@@ -98,11 +95,12 @@ class HandMadeRing {
 // lasts this long lost its wake-up (both sides sleep this long at most).
 inline constexpr absl::Duration kLostWakeup = absl::Seconds(5);
 
-// The client's side of the ring protocol, done by hand (as RequestRing
-// does it) on a mapping of the ring.
+// The client's side of the ring protocol (ring::ClientProtocol, as
+// RequestRing runs it) on a mapping of the ring.
 class HandMadeClient {
  public:
-  explicit HandMadeClient(void* base) : base_(base) {}
+  explicit HandMadeClient(void* base)
+      : protocol_(ring::RingView(base, kSlots, kSlotBytes)) {}
 
   // Writes a request with `request_id` into `index` and publishes it.
   void Submit(uint32_t index, uint64_t request_id, bool notify) {
@@ -114,35 +112,16 @@ class HandMadeClient {
   // Writes `request` into `index` with `timeout` (0: none) and publishes it.
   void Submit(uint32_t index, const v1::MatmulRequest& request, bool notify,
               absl::Duration timeout) {
-    ring::SlotHeader* slot = ring::Slot(base_, kSlots, kSlotBytes, index);
-    slot->request_bytes = static_cast<uint32_t>(request.ByteSizeLong());
+    const auto bytes = static_cast<uint32_t>(request.ByteSizeLong());
     request.SerializeWithCachedSizesToArray(
-        reinterpret_cast<uint8_t*>(ring::Payload(slot)));
-    slot->notify = notify ? 1 : 0;
-    slot->timeout_ns = absl::ToInt64Nanoseconds(timeout);
-    slot->state.store(ring::kSubmitted, std::memory_order_release);
-    ring::RingHeader* header = ring::Header(base_);
-    const uint64_t position = header->submit_tail.fetch_add(1);
-    ring::QueueEntry& entry = ring::SubmitQueue(base_)[position % kSlots];
-    entry.slot = index;
-    entry.sequence.store(position + 1, std::memory_order_release);
-    header->doorbell.fetch_add(1);
-    if (header->daemon_sleeping.load() != 0) {
-      ring::FutexWakeAll(header->doorbell);
-    }
+        reinterpret_cast<uint8_t*>(protocol_.view().payload(index)));
+    protocol_.Submit(index, bytes, absl::ToInt64Nanoseconds(timeout), notify);
   }
 
   // Sleeps (no spinning, so that every answer goes through the sleeping
   // protocol) until `index` is done; the answer, and the slot is free.
   v1::MatmulResponse WaitForResponse(uint32_t index) {
-    ring::SlotHeader* slot = ring::Slot(base_, kSlots, kSlotBytes, index);
-    while (slot->state.load(std::memory_order_acquire) != ring::kDone) {
-      slot->client_waiting.store(1);
-      if (slot->state.load() != ring::kDone) {
-        ring::FutexWait(slot->state, ring::kSubmitted, kLostWakeup);
-      }
-      slot->client_waiting.store(0, std::memory_order_relaxed);
-    }
+    while (!protocol_.Done(index)) protocol_.SleepUntilDone(index, kLostWakeup);
     return Response(index);
   }
 
@@ -153,20 +132,12 @@ class HandMadeClient {
 
   // The next slot announced in the completion queue, sleeping for it.
   uint32_t NextCompletion() {
-    ring::RingHeader* header = ring::Header(base_);
-    ring::QueueEntry& next =
-        ring::CompleteQueue(base_, kSlots)[complete_head_ % kSlots];
-    while (next.sequence.load(std::memory_order_acquire) !=
-           complete_head_ + 1) {
-      header->client_sleeping.store(1);
-      const uint32_t seen = header->answers.load();
-      if (next.sequence.load() != complete_head_ + 1) {
-        ring::FutexWait(header->answers, seen, kLostWakeup);
+    for (;;) {
+      if (std::optional<uint32_t> slot = protocol_.TakeCompletion()) {
+        return *slot;
       }
-      header->client_sleeping.store(0, std::memory_order_relaxed);
+      protocol_.SleepUntilCompletion(kLostWakeup);
     }
-    ++complete_head_;
-    return next.slot;
   }
 
   // The request id of the answer in done slot `index`, which is then free.
@@ -174,17 +145,18 @@ class HandMadeClient {
 
   // The answer in done slot `index`, which is then free.
   v1::MatmulResponse Response(uint32_t index) {
-    ring::SlotHeader* slot = ring::Slot(base_, kSlots, kSlotBytes, index);
+    const ring::RingView& view = protocol_.view();
+    const uint32_t bytes = view.ResponseBytes(index);
     v1::MatmulResponse response;
-    EXPECT_TRUE(response.ParseFromArray(
-        ring::Payload(slot), static_cast<int>(slot->response_bytes)));
-    slot->state.store(ring::kFree, std::memory_order_relaxed);
+    EXPECT_TRUE(
+        bytes <= view.payload_bytes() &&
+        response.ParseFromArray(view.payload(index), static_cast<int>(bytes)));
+    protocol_.Free(index);
     return response;
   }
 
  private:
-  void* const base_;
-  uint64_t complete_head_ = 0;  // NextCompletion's thread only
+  ring::ClientProtocol protocol_;  // NextCompletion on one thread only
 };
 
 }  // namespace matmul
