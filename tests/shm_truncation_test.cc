@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "client/ring/request_ring.h"
 #include "client/session.h"
 #include "common/request_ring_layout.h"
+#include "common/ring/client_protocol.h"
 #include "common/unique_fd.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -259,11 +261,8 @@ class RawRing {
     auto guard = SigbusGuard::Create(base_, bytes_);
     EXPECT_TRUE(guard.ok()) << guard.status();
     guard_ = *std::move(guard);
-    ring::RingHeader* header = ring::Header(base_);
-    header->magic = ring::kMagic;
-    header->version = ring::kVersion;
-    header->slot_count = kRingSlots;
-    header->slot_bytes = kRingSlotBytes;
+    client_.emplace(ring::RingView(base_, kRingSlots, kRingSlotBytes));
+    client_->view().WriteRingHeader();
 
     v1::AttachRingRequest request;
     request.set_session_id(session_id);
@@ -289,23 +288,11 @@ class RawRing {
   // Puts `request` into `slot` and publishes it, as the client library
   // does (answers are never read: the ring is about to be truncated).
   void Submit(uint32_t slot, const v1::MatmulRequest& request) {
-    ring::SlotHeader* header =
-        ring::Slot(base_, kRingSlots, kRingSlotBytes, slot);
     const std::string bytes = request.SerializeAsString();
-    ASSERT_LE(bytes.size(), ring::PayloadBytes(kRingSlotBytes));
-    std::memcpy(ring::Payload(header), bytes.data(), bytes.size());
-    header->request_bytes = static_cast<uint32_t>(bytes.size());
-    header->notify = 1;
-    header->state.store(ring::kSubmitted);
-    ring::RingHeader* ring_header = ring::Header(base_);
-    const uint64_t position = ring_header->submit_tail.fetch_add(1);
-    ring::QueueEntry& entry = ring::SubmitQueue(base_)[position % kRingSlots];
-    entry.slot = slot;
-    entry.sequence.store(position + 1);
-    ring_header->doorbell.fetch_add(1);
-    if (ring_header->daemon_sleeping.load() != 0) {
-      ring::FutexWakeAll(ring_header->doorbell);
-    }
+    ASSERT_LE(bytes.size(), client_->view().payload_bytes());
+    std::memcpy(client_->view().payload(slot), bytes.data(), bytes.size());
+    client_->Submit(slot, static_cast<uint32_t>(bytes.size()),
+                    /*timeout_ns=*/0, /*notify=*/true);
   }
 
   void Truncate(bool unlink_first) {
@@ -327,6 +314,7 @@ class RawRing {
   size_t bytes_ = 0;
   void* base_ = nullptr;
   std::unique_ptr<SigbusGuard> guard_;
+  std::optional<ring::ClientProtocol> client_;  // on the mapping
   grpc::ClientContext context_;
   std::unique_ptr<grpc::ClientReader<v1::RingEvent>> stream_;
 };
