@@ -275,7 +275,7 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
   backend.cuda.streams = absl::GetFlag(FLAGS_cuda_streams) > 0
                              ? absl::GetFlag(FLAGS_cuda_streams)
                              : 4 * std::max(1, worker_threads);
-  backend.cuda.pipeline = absl::GetFlag(FLAGS_launch_pipeline);
+  backend.cuda.launch_pipeline = absl::GetFlag(FLAGS_launch_pipeline);
   backend.cuda.completion_idle_spin =
       absl::Microseconds(absl::GetFlag(FLAGS_worker_spin_us));
   backend.cuda.serial_min_gflop_per_sm =
@@ -327,7 +327,7 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_batch_size);
   options.executor.batching.max_queue_delay =
       absl::Microseconds(absl::GetFlag(FLAGS_max_queue_delay_us));
-  options.executor.batching.idle_spin =
+  options.executor.batching.worker_spin =
       absl::Microseconds(absl::GetFlag(FLAGS_worker_spin_us));
   options.service.admission.limits.max_message_bytes =
       absl::GetFlag(FLAGS_max_message_bytes);
@@ -360,7 +360,7 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
   options.service.rings.max_rings = absl::GetFlag(FLAGS_max_rings);
   options.regions.max_regions_per_session =
       absl::GetFlag(FLAGS_max_regions_per_session);
-  options.regions.max_bytes_per_session =
+  options.regions.max_region_bytes_per_session =
       absl::GetFlag(FLAGS_max_region_bytes_per_session);
   absl::StatusOr<GrpcTransportArgs> grpc_args =
       ParseGrpcTransportArgs(absl::GetFlag(FLAGS_grpc_args));
@@ -368,7 +368,7 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
     return absl::InvalidArgumentError(
         absl::StrCat("--grpc_args: ", grpc_args.status().message()));
   }
-  options.grpc_transport = *std::move(grpc_args);
+  options.grpc_args = *std::move(grpc_args);
   const std::string unary_api = absl::GetFlag(FLAGS_unary_api);
   if (unary_api == "callback") {
     options.service.unary_api = UnaryApi::kCallback;
@@ -381,8 +381,8 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
         absl::StrCat("--unary_api is '", unary_api,
                      "'; expected callback, sync or callback_run_small"));
   }
-  options.service.admission.caller_thread_max_flops =
-      absl::GetFlag(FLAGS_caller_thread_max_mflop) * 1e6;
+  options.service.admission.caller_thread_max_mflop =
+      absl::GetFlag(FLAGS_caller_thread_max_mflop);
   settings.shutdown_grace = absl::GetFlag(FLAGS_shutdown_grace);
   return settings;
 }

@@ -181,7 +181,7 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
       static_cast<int>(options.service.admission.limits.max_message_bytes));
   // Connections from the unix listeners take the server's arguments too
   // (AddInsecureChannelFromFd).
-  ApplyGrpcTransportArgs(options.grpc_transport, builder);
+  ApplyGrpcTransportArgs(options.grpc_args, builder);
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr) {

@@ -53,7 +53,7 @@ struct ServerOptions {
   // work out.
   MatmulServiceOptions service;
   // HTTP/2 and buffer settings of every connection (--grpc_args).
-  GrpcTransportArgs grpc_transport;
+  GrpcTransportArgs grpc_args;
   // Runs (on a worker thread) once a lane's device is lost (see
   // kernels/device_lost.h), after health has turned NOT_SERVING; from then
   // on that lane answers every request UNAVAILABLE. The daemon stops and

@@ -133,12 +133,12 @@ TEST(IntegrationTest, AsyncAndStreamCallsAnswerEveryRequest) {
 TEST(IntegrationTest, UnaryCallsOnEitherApiAndThreadMatchFp64) {
   for (UnaryApi api :
        {UnaryApi::kCallback, UnaryApi::kSync, UnaryApi::kCallbackRunSmall}) {
-    for (double max_flops : {0.0, 64e6}) {
+    for (double max_mflop : {0.0, 64.0}) {
       SCOPED_TRACE(absl::StrCat("unary api ", static_cast<int>(api),
-                                ", caller_thread_max_flops ", max_flops));
+                                ", caller_thread_max_mflop ", max_mflop));
       ServerOptions options = TestDaemon::DefaultOptions();
       options.service.unary_api = api;
-      options.service.admission.caller_thread_max_flops = max_flops;
+      options.service.admission.caller_thread_max_mflop = max_mflop;
       TestDaemon daemon(options);
       std::mt19937_64 rng(5);
       std::vector<v1::MatmulRequest> requests;

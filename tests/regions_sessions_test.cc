@@ -95,7 +95,7 @@ class QuotaTest : public RegionTest {
   static ServerOptions Options() {
     ServerOptions options = TestDaemon::DefaultOptions();
     options.regions.max_regions_per_session = 3;
-    options.regions.max_bytes_per_session = kSegmentBytes + (1 << 20);
+    options.regions.max_region_bytes_per_session = kSegmentBytes + (1 << 20);
     return options;
   }
   QuotaTest() : RegionTest(Options()) {}

@@ -178,9 +178,9 @@ void ProductAdmission::Submit(CallControl control,
   }
   product->request = request;
   product->response = response;
-  const bool may_run_here =
-      control.may_run_on_caller && !is_list &&
-      product->operands->problem().flops() <= options_.caller_thread_max_flops;
+  const bool may_run_here = control.may_run_on_caller && !is_list &&
+                            product->operands->problem().flops() <=
+                                options_.caller_thread_max_mflop * 1e6;
   // From here the in-flight table holds the answer: the product's end or
   // the shutdown's give-up, whichever comes first, sends it.
   product->in_flight =

@@ -53,10 +53,10 @@ struct AdmissionOptions {
   // Requests in flight per client, a process or a TCP host (ClientQuota;
   // 0: no bound).
   int max_in_flight_per_client = 128;
-  // Products up to this many FLOPs may run on the transport's own thread
+  // Products up to this many MFLOP may run on the transport's own thread
   // where it allows (CallControl::may_run_on_caller: the synchronous unary
   // API) when a worker is idle and nothing is queued; 0 always hands off.
-  double caller_thread_max_flops = 64e6;
+  double caller_thread_max_mflop = 64;
 };
 
 class ProductAdmission final : public ProductSubmitter {

@@ -41,7 +41,7 @@ class MatmulServiceTest : public ::testing::Test {
     backend_ = backend.get();
     lanes_.push_back(MakeTestLane(std::move(backend), *metrics_, 0));
     // Every product goes through the gated backend on the worker
-    // (caller_thread_max_flops 0).
+    // (caller_thread_max_mflop 0).
     service_ = std::make_unique<MatmulServiceImpl>(
         lanes_, *metrics_, registry_, in_flight_,
         MatmulServiceOptions{.admission = {.max_in_flight_per_client = 1},

@@ -43,7 +43,7 @@ struct BatcherOptions {
   // microseconds on some hosts), at the price of a busy core. One worker
   // at a time polls, for as long as the recent gaps between requests
   // suggest (adaptive_spin.h). 0: sleep at once.
-  absl::Duration idle_spin = absl::ZeroDuration();
+  absl::Duration worker_spin = absl::ZeroDuration();
 };
 
 // Validates the options; the message names the field.
@@ -58,7 +58,7 @@ class DynamicBatcher {
   };
 
   explicit DynamicBatcher(const BatcherOptions& options)
-      : options_(options), spin_(options.idle_spin) {}
+      : options_(options), spin_(options.worker_spin) {}
 
   DynamicBatcher(const DynamicBatcher&) = delete;
   DynamicBatcher& operator=(const DynamicBatcher&) = delete;
@@ -230,8 +230,8 @@ inline absl::Status CheckBatcherOptions(const BatcherOptions& options) {
         "max_queue_delay is ", absl::FormatDuration(options.max_queue_delay),
         "; expected >= 0"));
   }
-  if (options.idle_spin < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("idle_spin must be >= 0");
+  if (options.worker_spin < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("worker_spin must be >= 0");
   }
   if (options.max_queue_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -110,7 +110,7 @@ TEST(DynamicBatcherTest, PollingWorkersTakeEveryItemOfABurst) {
   // and Enqueue leaves the polling worker to take them. Nothing may be
   // left behind: three workers take 4000 items of several keys from two
   // submitters, each item once.
-  Batcher batcher({.max_batch_size = 4, .idle_spin = absl::Milliseconds(2)});
+  Batcher batcher({.max_batch_size = 4, .worker_spin = absl::Milliseconds(2)});
   std::atomic<int> taken{0};
   std::vector<std::atomic<int>> seen(4000);
   std::vector<std::thread> workers;
@@ -148,7 +148,7 @@ TEST(DynamicBatcherTest, PollingWorkersTakeEveryItemOfABurst) {
 }
 
 TEST(DynamicBatcherTest, AnIdleWorkerSleepsAndIsWokenOrStopped) {
-  Batcher batcher({.max_batch_size = 4, .idle_spin = absl::Seconds(30)});
+  Batcher batcher({.max_batch_size = 4, .worker_spin = absl::Seconds(30)});
   std::optional<Batcher::Batch> batch;
   std::thread worker([&] { batch = batcher.Next(); });
   absl::SleepFor(absl::Milliseconds(20));
@@ -194,7 +194,8 @@ TEST(DynamicBatcherTest, RejectsBadOptions) {
   EXPECT_FALSE(
       CheckBatcherOptions({.max_queue_delay = absl::Microseconds(-1)}).ok());
   EXPECT_FALSE(CheckBatcherOptions({.max_queue_size = 0}).ok());
-  EXPECT_FALSE(CheckBatcherOptions({.idle_spin = absl::Microseconds(-1)}).ok());
+  EXPECT_FALSE(
+      CheckBatcherOptions({.worker_spin = absl::Microseconds(-1)}).ok());
   EXPECT_TRUE(CheckBatcherOptions({}).ok());
 }
 

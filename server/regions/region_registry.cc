@@ -141,12 +141,13 @@ absl::StatusOr<std::string> RegionRegistry::Add(
         absl::StrCat("the session already has ", s.regions.size(),
                      " regions, the most one session may register"));
   }
-  if (s.bytes + region->size_bytes() > options_.max_bytes_per_session) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "registering ", region->size_bytes(),
-        " more bytes would exceed the "
-        "session's quota of ",
-        options_.max_bytes_per_session, " bytes (", s.bytes, " registered)"));
+  if (s.bytes + region->size_bytes() > options_.max_region_bytes_per_session) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("registering ", region->size_bytes(),
+                     " more bytes would exceed the "
+                     "session's quota of ",
+                     options_.max_region_bytes_per_session, " bytes (", s.bytes,
+                     " registered)"));
   }
   std::string id = RandomId();
   s.bytes += region->size_bytes();

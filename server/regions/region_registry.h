@@ -33,7 +33,7 @@ namespace matmul {
 
 struct RegionRegistryOptions {
   int max_regions_per_session = 4096;
-  int64_t max_bytes_per_session = int64_t{1} << 40;
+  int64_t max_region_bytes_per_session = int64_t{1} << 40;
   int max_rings_per_session = 4;
   // How long a stream-ordered product's number may be missing before the
   // products numbered after it stop waiting for it (launch_order.h).

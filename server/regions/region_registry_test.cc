@@ -65,7 +65,7 @@ TEST(RegionRegistryTest, CountAndByteQuotasHoldAndFreeUpOnRemove) {
   std::mt19937_64 rng(std::random_device{}());
   const int64_t size = std::uniform_int_distribution<int64_t>(1, 1 << 20)(rng);
   RegionRegistry registry(
-      {.max_regions_per_session = 3, .max_bytes_per_session = 3 * size});
+      {.max_regions_per_session = 3, .max_region_bytes_per_session = 3 * size});
   const std::string session = registry.OpenSession("q", kOwner);
   std::vector<std::string> ids;
   for (int i = 0; i < 3; ++i) {

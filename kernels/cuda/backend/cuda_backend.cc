@@ -178,7 +178,7 @@ absl::StatusOr<GemmRunInfo> CudaBackend::RunDevice(const GemmProblem& p) {
 
 void CudaBackend::StartBatch(absl::Span<const GemmProblem* const> problems,
                              bool on_device, LaunchDone done) {
-  if (!options_.pipeline || !on_device || problems.empty() ||
+  if (!options_.launch_pipeline || !on_device || problems.empty() ||
       schedule_->RunsSerially(*problems.front()) ||
       (problems.size() > 1 && FillsDevice(*problems.front()))) {
     std::move(done)(RunBatch(problems, on_device));

@@ -29,9 +29,10 @@ struct CudaBackendOptions {
   // Single products on the device are queued and their ends noticed by a
   // thread of the backend's, so that the caller (a worker) launches the
   // next meanwhile (StartBatch); false: every launch waits on its caller.
-  bool pipeline = true;
+  bool launch_pipeline = true;
   // How long that thread polls for new launches before it sleeps, at most
-  // (adaptive_spin.h).
+  // (adaptive_spin.h). The daemon sets it from --worker_spin_us, as it
+  // does the workers' own spin.
   absl::Duration completion_idle_spin = absl::Milliseconds(1);
   // TEST ONLY, for the out-of-memory path: once set up, the backend takes
   // all but this many bytes of the device's free memory and holds them, so
