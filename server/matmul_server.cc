@@ -121,12 +121,19 @@ absl::StatusOr<std::unique_ptr<MatmulServer>> MatmulServer::Create(
         static_cast<int>(server->lanes_.size()),
         [raw](const absl::Status& status) { raw->DeviceLost(status); });
     MatmulRunner* runner = lane.runner.get();
+    ExecutorOptions executor_options = options.executor;
+    // The CPU backend runs each launch on its worker: the workers already
+    // bound what runs at once.
+    if (lane.backend->cuda_device() < 0) {
+      executor_options.batching.launches_in_flight_per_key = 0;
+    }
     ASSIGN_OR_RETURN(
         lane.executor,
         ProductExecutor::Create(
-            options.executor,
-            [runner](std::vector<std::unique_ptr<PendingProduct>> batch) {
-              runner->RunBatch(std::move(batch));
+            executor_options,
+            [runner](std::vector<std::unique_ptr<PendingProduct>> batch,
+                     LaunchHold hold) {
+              runner->RunBatch(std::move(batch), std::move(hold));
             }));
     server->lanes_.push_back(std::move(lane));
   }

@@ -221,13 +221,6 @@ void ProductAdmission::Submit(CallControl control,
       product->operands->SetStreamOrderGiveUp(std::move(give_up));
     }
   }
-  // A small product a worker would run alone at once runs here instead,
-  // without the hand-off to the worker and back; not one that may wait for
-  // its client's stream, which would hold the calling thread meanwhile.
-  if (may_run_here && !stream_ordered &&
-      (*lane)->executor->TryRunHere(product)) {
-    return;
-  }
   // A list is a launch of its own.
   const BatchPlacement placement =
       is_list
@@ -235,6 +228,14 @@ void ProductAdmission::Submit(CallControl control,
           : PlaceInBatches(product->operands->problem(),
                            product->operands->on_device(), *(*lane)->backend,
                            stream_ordered && request->stream_order().signal());
+  // A small product a worker would run alone at once runs here instead,
+  // without the hand-off to the worker and back; not one that may wait for
+  // its client's stream, which would hold the calling thread meanwhile.
+  if (may_run_here && !stream_ordered &&
+      (*lane)->executor->TryRunHere(placement.key, product,
+                                    placement.max_batch)) {
+    return;
+  }
   // Submit moves from `product` only when it accepts it.
   if (absl::Status refusal = (*lane)->executor->Submit(
           placement.key, std::move(product), placement.max_batch);

@@ -12,6 +12,14 @@
 // `max_queue_size` queued items, Enqueue refuses with RESOURCE_EXHAUSTED.
 // After Shutdown, Next() drains what is queued and then returns nullopt,
 // so no accepted item is lost.
+//
+// Under load, a GPU queues launches faster than it runs them: every worker
+// would take its request alone and queue it on a stream, and no batch
+// would form. `launches_in_flight_per_key` bounds the launches of one key
+// that are handed out and not yet complete (each batch carries a
+// LaunchHold until then): the key's next requests wait here meanwhile and
+// go out together when one ends. Keys capped at batches of one are not
+// bounded (waiting cannot make them batch).
 #ifndef MATMUL_SERVER_EXECUTION_DYNAMIC_BATCHER_H_
 #define MATMUL_SERVER_EXECUTION_DYNAMIC_BATCHER_H_
 
@@ -31,6 +39,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/adaptive_spin.h"
+#include "server/execution/launch_hold.h"
 
 namespace matmul {
 
@@ -44,6 +53,9 @@ struct BatcherOptions {
   // at a time polls, for as long as the recent gaps between requests
   // suggest (adaptive_spin.h). 0: sleep at once.
   absl::Duration worker_spin = absl::ZeroDuration();
+  // Batches of one key handed out and not yet complete (their LaunchHold
+  // not given back) before the next waits for one to end. 0: no bound.
+  int launches_in_flight_per_key = 0;
 };
 
 // Validates the options; the message names the field.
@@ -55,6 +67,9 @@ class DynamicBatcher {
   struct Batch {
     std::string key;
     std::vector<Item> items;  // in arrival order
+    // Empty unless the key's launches in flight are bounded: give it back
+    // once the launch is complete.
+    LaunchHold hold;
   };
 
   explicit DynamicBatcher(const BatcherOptions& options)
@@ -62,6 +77,8 @@ class DynamicBatcher {
 
   DynamicBatcher(const DynamicBatcher&) = delete;
   DynamicBatcher& operator=(const DynamicBatcher&) = delete;
+  // The holds handed out refer to this batcher.
+  ~DynamicBatcher() { AwaitHoldsGivenBack(); }
 
   // RESOURCE_EXHAUSTED when the queues are full, UNAVAILABLE after
   // Shutdown; `item` is moved from only when it is accepted, so that the
@@ -76,10 +93,8 @@ class DynamicBatcher {
                        " requests waiting); retry later"));
     }
     KeyQueue& queue = queues_[key];
-    if (queue.items.empty()) {
-      queue.max_batch = max_batch > 0
-                            ? std::min(max_batch, options_.max_batch_size)
-                            : options_.max_batch_size;
+    if (queue.items.empty() && queue.launches == 0) {
+      queue.max_batch = CapFor(max_batch);
     }
     const absl::Time now = absl::Now();
     spin_.Arrived(now);
@@ -88,14 +103,15 @@ class DynamicBatcher {
     queued_hint_.store(queued_, std::memory_order_relaxed);
     // Wake a waiting worker only when this item makes a batch due sooner
     // than it planned: a new key (its deadline may be the earliest) or a
-    // full batch. Any other item joins a batch whose deadline the worker
+    // full batch; not while the key is at its launch bound (the end of a
+    // launch wakes one). Any other item joins a batch whose deadline the worker
     // already waits for; waking it would put a futex call in the
     // submitter's path and a wake-up for nothing in the worker's, for
     // every request of a filling batch. Nor while a worker polls: it takes
     // the item (once its poll ends it looks under the lock, after this).
     if ((queue.items.size() == 1 ||
          static_cast<int>(queue.items.size()) >= queue.max_batch) &&
-        !spinning_.load(std::memory_order_seq_cst)) {
+        !AtLaunchBound(queue) && !spinning_.load(std::memory_order_seq_cst)) {
       work_.Signal();
     }
     return absl::OkStatus();
@@ -111,13 +127,42 @@ class DynamicBatcher {
       if (due_key != nullptr) {
         Batch batch = Take(*due_key);
         // What is left may be what a polling worker took in Enqueue's
-        // stead: another worker sees to it.
-        if (queued_ > 0) work_.Signal();
+        // stead: another worker sees to it (unless only keys at their
+        // launch bound are left).
+        if (queued_ > 0 && Due(absl::Now()).second != absl::InfiniteFuture()) {
+          work_.Signal();
+        }
         return batch;
       }
-      if (stopping_) return std::nullopt;  // and nothing queued
+      if (stopping_ && queued_ == 0) return std::nullopt;
       work_.WaitWithDeadline(&mu_, next);
     }
+  }
+
+  // A batch of `item` alone, taken at once, when nothing of any key is
+  // queued and `key` may launch now; nullopt, with `item` untouched,
+  // otherwise (Enqueue it then).
+  std::optional<Batch> TakeAlone(const std::string& key, Item& item,
+                                 int max_batch = 0) {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || queued_ > 0) return std::nullopt;
+    auto [it, added] = queues_.try_emplace(key);
+    KeyQueue& queue = it->second;
+    if (added) queue.max_batch = CapFor(max_batch);
+    if (AtLaunchBound(queue)) return std::nullopt;
+    Batch batch;
+    batch.key = key;
+    batch.items.push_back(std::move(item));
+    batch.hold = HoldFor(key, queue);
+    if (queue.launches == 0) queues_.erase(it);
+    return batch;
+  }
+
+  // Blocks until every LaunchHold handed out has been given back.
+  void AwaitHoldsGivenBack() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* holds) { return *holds == 0; }, &holds_));
   }
 
   int queued() const {
@@ -142,10 +187,49 @@ class DynamicBatcher {
   struct KeyQueue {
     std::deque<Queued> items;
     int max_batch = 1;
+    // Its batches handed out whose LaunchHold is not given back.
+    int launches = 0;
   };
 
+  int CapFor(int max_batch) const {
+    return max_batch > 0 ? std::min(max_batch, options_.max_batch_size)
+                         : options_.max_batch_size;
+  }
+
+  bool Bounded(const KeyQueue& queue) const {
+    return options_.launches_in_flight_per_key > 0 && queue.max_batch > 1;
+  }
+
+  bool AtLaunchBound(const KeyQueue& queue) const {
+    return Bounded(queue) &&
+           queue.launches >= options_.launches_in_flight_per_key;
+  }
+
+  // Counts a launch of `queue` (under `key`) until its hold is given back.
+  LaunchHold HoldFor(const std::string& key, KeyQueue& queue)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!Bounded(queue)) return LaunchHold();
+    ++queue.launches;
+    ++holds_;
+    return LaunchHold([this, key] { LaunchEnded(key); });
+  }
+
+  void LaunchEnded(const std::string& key) {
+    absl::MutexLock lock(&mu_);
+    --holds_;
+    auto it = queues_.find(key);
+    KeyQueue& queue = it->second;
+    --queue.launches;
+    if (!queue.items.empty()) {
+      work_.Signal();  // its next batch may be due now
+    } else if (queue.launches == 0) {
+      queues_.erase(it);
+    }
+  }
+
   // The key whose batch is due now, with the time the next one will be due
-  // when none is (absl::InfiniteFuture() when all queues are empty). The
+  // when none is (absl::InfiniteFuture() when all queues are empty or at
+  // their launch bound: the end of a launch wakes the workers). The
   // longest-waiting queue goes first, so no key starves.
   std::pair<const std::string*, absl::Time> Due(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -154,6 +238,7 @@ class DynamicBatcher {
     absl::Time oldest = absl::InfiniteFuture();
     absl::Time oldest_full = absl::InfiniteFuture();
     for (const auto& [key, queue] : queues_) {
+      if (queue.items.empty() || AtLaunchBound(queue)) continue;
       const absl::Time front = queue.items.front().enqueued;
       if (static_cast<int>(queue.items.size()) >= queue.max_batch &&
           front < oldest_full) {
@@ -182,7 +267,8 @@ class DynamicBatcher {
       batch.items.push_back(std::move(queue.items.front().item));
       queue.items.pop_front();
     }
-    if (queue.items.empty()) queues_.erase(it);
+    batch.hold = HoldFor(key, queue);
+    if (queue.items.empty() && queue.launches == 0) queues_.erase(it);
     queued_ -= static_cast<int>(batch.items.size());
     queued_hint_.store(queued_, std::memory_order_relaxed);
     return batch;
@@ -210,9 +296,10 @@ class DynamicBatcher {
   std::atomic<bool> spinning_{false};
   mutable absl::Mutex mu_;
   absl::CondVar work_;
-  // Only non-empty queues are kept.
+  // Only queues with items or launches in flight are kept.
   absl::flat_hash_map<std::string, KeyQueue> queues_ ABSL_GUARDED_BY(mu_);
   int queued_ ABSL_GUARDED_BY(mu_) = 0;
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;  // LaunchHolds not given back
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Copies of queued_ and stopping_ that the idle spin reads without the
   // lock (a stale value only ends the spin early or late).
@@ -232,6 +319,11 @@ inline absl::Status CheckBatcherOptions(const BatcherOptions& options) {
   }
   if (options.worker_spin < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("worker_spin must be >= 0");
+  }
+  if (options.launches_in_flight_per_key < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("launches_in_flight_per_key is ",
+                     options.launches_in_flight_per_key, "; expected >= 0"));
   }
   if (options.max_queue_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -1,6 +1,7 @@
 #include "server/execution/dynamic_batcher.h"
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -189,6 +190,83 @@ TEST(DynamicBatcherTest, FullQueueRefusesAndShutdownDrainsEverything) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// Two launches of a key in flight: its next items wait, whatever their
+// count or age, and go out together once a hold is given back; a key
+// capped at batches of one, and another key, are not held back.
+TEST(DynamicBatcherTest, AKeyAtItsLaunchBoundWaitsForAHoldGivenBack) {
+  Batcher batcher({.max_batch_size = 8, .launches_in_flight_per_key = 2});
+  ASSERT_TRUE(Add(batcher, "k", 0).ok());
+  std::optional<Batcher::Batch> first = batcher.Next();
+  ASSERT_TRUE(Add(batcher, "k", 1).ok());
+  std::optional<Batcher::Batch> second = batcher.Next();
+  ASSERT_TRUE(first && second);
+  for (int i = 2; i < 5; ++i) ASSERT_TRUE(Add(batcher, "k", i).ok());
+  for (int i = 10; i < 13; ++i) {
+    ASSERT_TRUE(batcher.Enqueue("alone", std::move(i), /*max_batch=*/1).ok());
+  }
+  ASSERT_TRUE(Add(batcher, "other", 20).ok());
+  // What may go now, oldest first: the three alone, then "other".
+  std::vector<std::string> keys;
+  for (int i = 0; i < 4; ++i) {
+    std::optional<Batcher::Batch> batch = batcher.Next();
+    ASSERT_TRUE(batch);
+    keys.push_back(batch->key);
+  }
+  EXPECT_EQ(keys,
+            (std::vector<std::string>{"alone", "alone", "alone", "other"}));
+  EXPECT_EQ(batcher.queued(), 3);
+  std::optional<Batcher::Batch> third;
+  std::thread worker([&] { third = batcher.Next(); });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_FALSE(third);  // still held back
+  first->hold.Release();
+  worker.join();
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->items, (std::vector<int>{2, 3, 4}));
+  // Two in flight again (second, third): a new item waits for one.
+  ASSERT_TRUE(Add(batcher, "k", 5).ok());
+  std::optional<Batcher::Batch> fourth;
+  std::thread late([&] { fourth = batcher.Next(); });
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(fourth);
+  third.reset();  // a hold destroyed is given back too
+  late.join();
+  ASSERT_TRUE(fourth);
+  EXPECT_EQ(fourth->items, (std::vector<int>{5}));
+}
+
+// Shutdown drains a held key as its launches end; the batcher's end waits
+// for the holds still out.
+TEST(DynamicBatcherTest, ShutdownDrainsAHeldKeyAsItsLaunchesEnd) {
+  auto batcher = std::make_unique<Batcher>(
+      BatcherOptions{.max_batch_size = 8, .launches_in_flight_per_key = 1});
+  ASSERT_TRUE(Add(*batcher, "k", 0).ok());
+  std::optional<Batcher::Batch> first = batcher->Next();
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(Add(*batcher, "k", 1).ok());
+  batcher->Shutdown();
+  std::optional<Batcher::Batch> second;
+  std::thread worker([&] {
+    second = batcher->Next();
+    EXPECT_FALSE(batcher->Next());
+  });
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(second);
+  first->hold.Release();
+  worker.join();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->items, (std::vector<int>{1}));
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    batcher.reset();
+    destroyed = true;
+  });
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(destroyed.load());
+  second.reset();
+  destroyer.join();
+}
+
 TEST(DynamicBatcherTest, RejectsBadOptions) {
   EXPECT_FALSE(CheckBatcherOptions({.max_batch_size = 0}).ok());
   EXPECT_FALSE(
@@ -196,6 +274,7 @@ TEST(DynamicBatcherTest, RejectsBadOptions) {
   EXPECT_FALSE(CheckBatcherOptions({.max_queue_size = 0}).ok());
   EXPECT_FALSE(
       CheckBatcherOptions({.worker_spin = absl::Microseconds(-1)}).ok());
+  EXPECT_FALSE(CheckBatcherOptions({.launches_in_flight_per_key = -1}).ok());
   EXPECT_TRUE(CheckBatcherOptions({}).ok());
 }
 

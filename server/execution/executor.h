@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/execution/dynamic_batcher.h"
 #include "server/execution/fine_timer_slack.h"
+#include "server/execution/launch_hold.h"
 
 namespace matmul {
 
@@ -33,8 +35,11 @@ template <typename Item>
 class Executor {
  public:
   // Called on a worker thread with the items of one batch (one batch key,
-  // arrival order); concurrently from several workers.
-  using RunBatch = std::function<void(std::vector<Item> batch)>;
+  // arrival order) and the batch's LaunchHold, to be given back (or
+  // destroyed) once its launch is complete; concurrently from several
+  // workers.
+  using RunBatch =
+      std::function<void(std::vector<Item> batch, LaunchHold hold)>;
 
   static absl::StatusOr<std::unique_ptr<Executor>> Create(
       const ExecutorOptions& options, RunBatch run_batch) {
@@ -63,26 +68,24 @@ class Executor {
 
   // Runs `item` on the calling thread, as a batch of one, when a worker
   // would have taken it alone at once anyway: batches wait for no one
-  // (max_queue_delay 0), nothing is queued, and fewer batches run than
-  // there are workers. That saves handing it to a worker (a wake-up there)
-  // and the worker's answer back. Returns false, with `item` untouched,
-  // when it did not run (Submit it then), and after Shutdown. A batch run
-  // here counts as a running batch, so callers' threads take at most
-  // worker_threads at once.
-  bool TryRunHere(Item& item) {
+  // (max_queue_delay 0), nothing is queued, fewer batches run than there
+  // are workers, and `key` (as for Submit) is below its launch bound. That
+  // saves handing it to a worker (a wake-up there) and the worker's answer
+  // back. Returns false, with `item` untouched, when it did not run (Submit it
+  // then), and after Shutdown. A batch run here counts as a running batch, so
+  // callers' threads take at most worker_threads at once.
+  bool TryRunHere(const std::string& key, Item& item, int max_batch = 0) {
     if (batches_wait_) return false;
+    std::optional<typename DynamicBatcher<Item>::Batch> batch;
     {
       absl::MutexLock lock(&mu_);
-      if (shut_down_ || batches_running_ >= worker_threads_ ||
-          batcher_.queued() > 0) {
-        return false;
-      }
+      if (shut_down_ || batches_running_ >= worker_threads_) return false;
+      batch = batcher_.TakeAlone(key, item, max_batch);
+      if (!batch) return false;
       ++batches_running_;
       ++running_;
     }
-    std::vector<Item> batch;
-    batch.push_back(std::move(item));
-    run_batch_(std::move(batch));
+    run_batch_(std::move(batch->items), std::move(batch->hold));
     absl::MutexLock lock(&mu_);
     --batches_running_;
     --running_;
@@ -107,6 +110,8 @@ class Executor {
     absl::MutexLock lock(&join_mu_);
     for (std::thread& worker : workers_) worker.join();
     workers_.clear();
+    // Launches still completing give their holds back to the batcher.
+    batcher_.AwaitHoldsGivenBack();
   }
 
  private:
@@ -130,7 +135,7 @@ class Executor {
         running_ += size;
         ++batches_running_;
       }
-      run_batch_(std::move(batch->items));
+      run_batch_(std::move(batch->items), std::move(batch->hold));
       absl::MutexLock lock(&mu_);
       running_ -= size;
       --batches_running_;

@@ -46,8 +46,8 @@ MatmulRunner::~MatmulRunner() {
       +[](int* outstanding) { return *outstanding == 0; }, &outstanding_));
 }
 
-void MatmulRunner::RunBatch(
-    std::vector<std::unique_ptr<PendingProduct>> batch) {
+void MatmulRunner::RunBatch(std::vector<std::unique_ptr<PendingProduct>> batch,
+                            LaunchHold hold) {
   const absl::Time started = absl::Now();
   std::vector<std::unique_ptr<PendingProduct>> live;
   live.reserve(batch.size());
@@ -71,7 +71,7 @@ void MatmulRunner::RunBatch(
     RunList(*live.front(), started);
     return;
   }
-  StartLaunch(std::move(live), started);
+  StartLaunch(std::move(live), started, std::move(hold));
 }
 
 absl::Status MatmulRunner::BackendFailure(const absl::Status& status) const {
@@ -164,7 +164,8 @@ void MatmulRunner::RunList(PendingProduct& product, absl::Time started) {
 }
 
 void MatmulRunner::StartLaunch(
-    std::vector<std::unique_ptr<PendingProduct>> live, absl::Time started) {
+    std::vector<std::unique_ptr<PendingProduct>> live, absl::Time started,
+    LaunchHold hold) {
   std::vector<const GemmProblem*> problems;
   problems.reserve(live.size());
   for (const std::unique_ptr<PendingProduct>& product : live) {
@@ -182,14 +183,17 @@ void MatmulRunner::StartLaunch(
   const std::thread::id launcher = std::this_thread::get_id();
   // The products move into the completion, which may run on a thread of
   // the backend's once the launch is complete.
-  backend_.StartBatch(problems, on_device,
-                      [this, live = std::move(live), started, launched,
-                       launcher](absl::StatusOr<GemmRunInfo> run) mutable {
-                        FinishLaunch(live, started, launched, launcher,
-                                     std::move(run));
-                        absl::MutexLock lock(&mu_);
-                        --outstanding_;
-                      });
+  backend_.StartBatch(
+      problems, on_device,
+      [this, live = std::move(live), started, launched, launcher,
+       hold = std::move(hold)](absl::StatusOr<GemmRunInfo> run) mutable {
+        // The key's next batch may launch while this one's
+        // answers go out.
+        hold.Release();
+        FinishLaunch(live, started, launched, launcher, std::move(run));
+        absl::MutexLock lock(&mu_);
+        --outstanding_;
+      });
   metrics_.RecordWorkerSeconds(device_label_,
                                absl::ToDoubleSeconds(absl::Now() - launched));
   absl::MutexLock lock(&mu_);
@@ -218,7 +222,7 @@ void MatmulRunner::FinishLaunch(
       if (AnswerIfStale(*product, absl::Now())) continue;
       std::vector<std::unique_ptr<PendingProduct>> one;
       one.push_back(std::move(product));
-      StartLaunch(std::move(one), started);
+      StartLaunch(std::move(one), started, LaunchHold());
     }
     return;
   }

@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/gemm_backend.h"
+#include "server/execution/launch_hold.h"
 #include "server/metrics/metrics.h"
 #include "server/product/pending_product.h"
 
@@ -43,15 +44,17 @@ class MatmulRunner {
   ~MatmulRunner();
 
   // Every product of `batch` shares one batch key. Each one's `finish` has
-  // run when this returns, or runs when the backend completes the launch.
+  // run when this returns, or runs when the backend completes the launch;
+  // `hold` is given back when the launch is complete, before the answers.
   // Thread-safe.
-  void RunBatch(std::vector<std::unique_ptr<PendingProduct>> batch);
+  void RunBatch(std::vector<std::unique_ptr<PendingProduct>> batch,
+                LaunchHold hold = LaunchHold());
 
  private:
   // Starts `live` as one launch; FinishLaunch answers each once it is
   // complete.
   void StartLaunch(std::vector<std::unique_ptr<PendingProduct>> live,
-                   absl::Time started);
+                   absl::Time started, LaunchHold hold);
   // Answers each of `live` with the launch's outcome; when a launch of
   // several failed on `launcher`, the worker that started it, retries them
   // one by one there so that one bad product cannot fail the others.

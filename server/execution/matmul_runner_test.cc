@@ -196,10 +196,17 @@ TEST_F(MatmulRunnerTest, ALaunchCompletedOnAnotherThreadIsAnsweredThen) {
   std::unique_ptr<Call> call = NewCall(1);
   std::vector<std::unique_ptr<PendingProduct>> batch;
   batch.push_back(Pending(*call));
-  runner->RunBatch(std::move(batch));
+  // The launch's hold goes back once it is complete, before its answer.
+  bool given_back = false;
+  runner->RunBatch(std::move(batch), LaunchHold([&] {
+                     EXPECT_FALSE(call->status.has_value());
+                     given_back = true;
+                   }));
   EXPECT_FALSE(call->status.has_value()) << "answered before it completed";
+  EXPECT_FALSE(given_back) << "the hold went back before the launch ended";
   std::thread completer([this] { backend_.CompleteDeferred(); });
   completer.join();
+  EXPECT_TRUE(given_back);
   ASSERT_TRUE(call->status.has_value());
   ASSERT_TRUE(call->status->ok()) << *call->status;
   EXPECT_EQ(call->response.kernel(), "fake-kernel");

@@ -25,8 +25,9 @@ inline DeviceLane MakeTestLane(std::unique_ptr<GemmBackend> backend,
   MatmulRunner* runner = lane.runner.get();
   lane.executor = *ProductExecutor::Create(
       {.worker_threads = 1, .batching = {.max_batch_size = 1}},
-      [runner](std::vector<std::unique_ptr<PendingProduct>> batch) {
-        runner->RunBatch(std::move(batch));
+      [runner](std::vector<std::unique_ptr<PendingProduct>> batch,
+               LaunchHold hold) {
+        runner->RunBatch(std::move(batch), std::move(hold));
       });
   return lane;
 }
