@@ -62,7 +62,9 @@ ABSL_FLAG(std::string, scenarios, "all",
           "product_ring, product_stream, malformed, unparseable, "
           "oversized, cancel, "
           "deadline, unregister, truncate, stream_drop, ring_drop, kill, "
-          "ring_chaos, ring_kill, product_ipc, product_vmm.");
+          "ring_chaos, ring_kill, shared_weight, shared_kill, product_ipc, "
+          "product_vmm, stream_batch (the last three need a GPU: "
+          "all,stream_batch adds it).");
 ABSL_FLAG(std::string, regions, "shm",
           "Region kinds for checked products: shm, plus ipc and/or vmm "
           "(CUDA memory; skipped with a message when no GPU is usable).");
@@ -203,10 +205,11 @@ int Main(char** argv) {
   std::vector<Scenario> enabled;
   for (Scenario scenario : *scenarios) {
     if (scenario == Scenario::kProductIpc ||
-        scenario == Scenario::kProductVmm) {
+        scenario == Scenario::kProductVmm ||
+        scenario == Scenario::kStreamBatch) {
       const absl::Status usable =
-          GpuUsable(scenario == Scenario::kProductIpc ? CudaMemory::Kind::kIpc
-                                                      : CudaMemory::Kind::kVmm);
+          GpuUsable(scenario == Scenario::kProductVmm ? CudaMemory::Kind::kVmm
+                                                      : CudaMemory::Kind::kIpc);
       if (!usable.ok()) {
         const std::string why =
             absl::StrCat(InfoOf(scenario).name, ": no usable GPU here (",

@@ -35,6 +35,7 @@ constexpr ScenarioInfo kScenarios[] = {
     // Named explicitly (or through --regions): they need a GPU.
     {Scenario::kProductIpc, "product_ipc", 6, false},
     {Scenario::kProductVmm, "product_vmm", 6, false},
+    {Scenario::kStreamBatch, "stream_batch", 4, false},
 };
 
 }  // namespace

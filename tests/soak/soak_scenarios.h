@@ -33,6 +33,7 @@ enum class Scenario {
   kSharedKill,     // the same while the weight's owner process is SIGKILLed
   kProductIpc,     // checked product on a cuda_ipc region (GPU only)
   kProductVmm,     // checked product on a cuda_vmm region (GPU only)
+  kStreamBatch,    // stream-ordered products of one shape at once (GPU only)
 };
 
 struct ScenarioInfo {

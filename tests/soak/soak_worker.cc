@@ -148,6 +148,8 @@ void SoakWorker::Step(Scenario scenario) {
       return ProductGpu(CudaMemory::Kind::kIpc);
     case Scenario::kProductVmm:
       return ProductGpu(CudaMemory::Kind::kVmm);
+    case Scenario::kStreamBatch:
+      return StreamBatch();
   }
 }
 
@@ -238,6 +240,7 @@ SoakWorker::GpuRegion* SoakWorker::EnsureGpuRegion(CudaMemory::Kind kind) {
 }
 
 void SoakWorker::DropSession() {
+  DropStreamBatch();
   ring_.reset();
   for (std::unique_ptr<GpuRegion>& gpu : gpu_) gpu.reset();
   region_.reset();

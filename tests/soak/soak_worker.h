@@ -29,6 +29,7 @@
 #include "client/request_builder.h"
 #include "client/ring/request_ring.h"
 #include "client/session.h"
+#include "client/stream_order/stream_ordered_calls.h"
 #include "matmul/v1/matmul.pb.h"
 #include "tests/soak/soak_scenarios.h"
 #include "tests/soak/soak_tally.h"
@@ -133,6 +134,23 @@ class SoakWorker {
   void ProductShm(bool ring);
   void ProductStream();
   void ProductGpu(CudaMemory::Kind kind);
+  // Stream-ordered products of one shape queued at once on a CUDA stream
+  // (soak_stream_batch.cc): its stream, region, ring and calls, made when
+  // missing (null, tallied, when refused) and dropped with the session.
+  void StreamBatch();
+  // Its stream, region (cuda_ipc), ring and calls, destroyed calls first
+  // (they wait for their answers) and the stream last.
+  struct StreamBatchState {
+    ~StreamBatchState();  // soak_stream_batch.cc, or its stand-in
+    CUstream_st* stream = nullptr;
+    std::unique_ptr<CudaMemory> memory;
+    std::vector<char> staging;  // host image of `memory`
+    std::unique_ptr<RegisteredRegion> region;
+    std::unique_ptr<RequestRing> ring;
+    std::unique_ptr<StreamOrderedCalls> calls;
+  };
+  StreamBatchState* EnsureStreamBatch();
+  void DropStreamBatch();
   void Malformed();
   void Unparseable();
   void Oversized();
@@ -197,6 +215,7 @@ class SoakWorker {
   };
   std::unique_ptr<GpuRegion> gpu_[2];  // by CudaMemory::Kind
   std::unique_ptr<RequestRing> ring_;
+  std::unique_ptr<StreamBatchState> stream_batch_;
 };
 
 }  // namespace matmul::soak
