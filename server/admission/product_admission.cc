@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/gemm/shape_name.h"
-#include "common/gemm/stream_order.h"
 #include "kernels/gemm_batch.h"
 #include "server/admission/request_answer.h"
 #include "server/product/pending_product.h"
@@ -20,19 +19,7 @@ BatchPlacement PlaceInBatches(const GemmProblem& problem, bool on_device,
   BatchPlacement placement;
   placement.key =
       absl::StrCat(BatchKey(problem), on_device ? "|device" : "|staged");
-  if (signals_client_stream) {
-    placement.key += "|ordered";
-    const StreamOrder* order = problem.stream_order;
-    const bool reached =
-        order != nullptr &&
-        WordReached(order->wait_host->load(std::memory_order_acquire),
-                    order->wait_value);
-    if (!reached) {
-      placement.key += "|waiting";
-      placement.max_batch = 1;
-      return placement;
-    }
-  }
+  if (signals_client_stream) placement.key += "|ordered";
   placement.max_batch = backend.MaxUsefulBatch(problem);
   // Products the backend runs alone queue apart: a key's first product
   // sets its batches' cap, and the batch count (not in BatchKey) can

@@ -37,13 +37,12 @@ struct BatchPlacement {
 // The one batching policy: products share a launch when they agree on
 // BatchKey (shape, layouts, dtypes, alpha, beta), on whether their operands
 // are the device's own or staged, and the backend would run more than one
-// of them in a launch. A stream-ordered product that signals its client's
-// stream shares one only when its client's stream has reached it already:
-// the client's next product waits for that signal, so a launch holding a
-// product and one that waits for it would wait for itself; a product whose
-// wait word is reached waits for nothing still queued. `problem`: the
-// product as bound (BoundOperands::problem); `on_device`: its operands are
-// the device's own (not staged).
+// of them in a launch. Stream-ordered products that signal their clients'
+// streams queue apart; of a batch of them the runner launches together only
+// those whose clients' streams have reached them, and the rest alone
+// (MatmulRunner::RunBatch). `problem`: the product as bound
+// (BoundOperands::problem); `on_device`: its operands are the device's own
+// (not staged).
 BatchPlacement PlaceInBatches(const GemmProblem& problem, bool on_device,
                               const GemmBackend& backend,
                               bool signals_client_stream);

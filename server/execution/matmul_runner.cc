@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/gemm/shape_name.h"
+#include "common/gemm/stream_order.h"
 #include "kernels/device_lost.h"
 
 namespace matmul {
@@ -28,6 +29,15 @@ bool AnswerIfStale(PendingProduct& product, absl::Time now) {
     return true;
   }
   return false;
+}
+
+// False for a stream-ordered product whose client's stream has not reached
+// its wait word yet.
+bool StreamReached(const PendingProduct& product) {
+  const StreamOrder* order = product.operands->problem().stream_order;
+  return order == nullptr ||
+         WordReached(order->wait_host->load(std::memory_order_acquire),
+                     order->wait_value);
 }
 
 absl::Status DeviceLostAnswer() {
@@ -71,7 +81,22 @@ void MatmulRunner::RunBatch(std::vector<std::unique_ptr<PendingProduct>> batch,
     RunList(*live.front(), started);
     return;
   }
-  StartLaunch(std::move(live), started, std::move(hold));
+  std::vector<std::unique_ptr<PendingProduct>> waiting;
+  for (auto it = live.begin(); it != live.end();) {
+    if (StreamReached(**it)) {
+      ++it;
+    } else {
+      waiting.push_back(std::move(*it));
+      it = live.erase(it);
+    }
+  }
+  if (!live.empty()) StartLaunch(std::move(live), started, std::move(hold));
+  hold.Release();  // none of these may take it: they may wait long
+  for (std::unique_ptr<PendingProduct>& product : waiting) {
+    std::vector<std::unique_ptr<PendingProduct>> one;
+    one.push_back(std::move(product));
+    StartLaunch(std::move(one), started, LaunchHold());
+  }
 }
 
 absl::Status MatmulRunner::BackendFailure(const absl::Status& status) const {

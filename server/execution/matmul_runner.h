@@ -46,7 +46,10 @@ class MatmulRunner {
   // Every product of `batch` shares one batch key. Each one's `finish` has
   // run when this returns, or runs when the backend completes the launch;
   // `hold` is given back when the launch is complete, before the answers.
-  // Thread-safe.
+  // Stream-ordered products whose clients' streams have not reached them
+  // yet launch alone, without the hold, waiting for their streams (on the
+  // GPU where they may), after the launch of the others: a launch of
+  // several waits for nothing, and so holds up no one. Thread-safe.
   void RunBatch(std::vector<std::unique_ptr<PendingProduct>> batch,
                 LaunchHold hold = LaunchHold());
 

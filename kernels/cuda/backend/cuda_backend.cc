@@ -244,7 +244,7 @@ absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
 absl::Status CudaBackend::StartCombined(
     absl::Span<const GemmProblem* const> problems, LaunchDone& done) {
   // Stream-ordered products are batched only when their clients' streams
-  // had got there when they were admitted (the admission's placement), so
+  // have got there (the daemon's runner launches the others alone), so
   // this wait on the CPU returns at once, and nothing that can give up is
   // left on the GPU: once queued, the launch fails only as the device
   // does.
