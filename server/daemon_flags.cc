@@ -110,15 +110,17 @@ ABSL_FLAG(int, max_batch_size, 32,
           "Most requests that share one launch. Requests batch when they "
           "agree on M, N, K, layouts, output dtype, alpha and beta and on "
           "where their operands live. 1 turns batching off.");
-ABSL_FLAG(int, launches_in_flight_per_key, 2,
+ABSL_FLAG(int, launches_in_flight_per_key, 0,
           "CUDA: launches of one batch key (requests that may share a "
           "launch, see --max_batch_size) on the GPU at once. While that "
           "many are, the key's next requests wait in the queue and go out "
           "together, as one launch, when one of them is complete: under "
           "load batches grow instead of the GPU's queue. Keys whose "
           "products run alone (each fills the GPU, or waits for its "
-          "client's stream) are not bounded. 0: no bound (each worker "
-          "launches what it takes at once).");
+          "client's stream) are not bounded. 0 (the default): no bound, "
+          "each worker launches what it takes at once; a bound pays off "
+          "only where a launch costs the worker little beside the GPU's "
+          "time for it.");
 ABSL_FLAG(int64_t, worker_spin_us, 1000,
           "The longest an idle worker polls for the next request before it "
           "sleeps. One worker polls at a time, and only while requests come "
