@@ -204,14 +204,8 @@ void SoakWorker::RingDrop() {
   std::vector<absl::Status> statuses(kRacedProducts);
   std::vector<bool> answered(kRacedProducts, false);
   absl::Mutex mu;
-  RequestRingOptions ring_options;
-  ring_options.slots = 8;
-  ring_options.shm_prefix = options_.shm_prefix;
-  absl::StatusOr<std::unique_ptr<RequestRing>> ring = RequestRing::Attach(
-      *client_, *session_, ring_options, options_.call_timeout);
-  tally().Record("setup", "AttachRing", ring.status(),
-                 {StatusCode::kOk, StatusCode::kResourceExhausted});
-  if (!ring.ok()) return;
+  std::unique_ptr<RequestRing> ring = AttachNewRing();
+  if (ring == nullptr) return;
   for (int i = 0; i < kRacedProducts; ++i) {
     absl::StatusOr<RegionRequest> one = MakeRandomRegionRequest(
         RandomSpec(1, 2 * options_.max_dim), rng_, (*segment)->bytes(),
@@ -220,15 +214,15 @@ void SoakWorker::RingDrop() {
         stride * static_cast<uint64_t>(i));
     if (!one.ok()) return tally().Fail("ring_drop", one.status().ToString());
     placed[i] = *std::move(one);
-    (*ring)->CallAsync(placed[i].request, &responses[i], options_.call_timeout,
-                       [&, i](absl::Status status) {
-                         absl::MutexLock lock(&mu);
-                         statuses[i] = std::move(status);
-                         answered[i] = true;
-                       });
+    ring->CallAsync(placed[i].request, &responses[i], options_.call_timeout,
+                    [&, i](absl::Status status) {
+                      absl::MutexLock lock(&mu);
+                      statuses[i] = std::move(status);
+                      answered[i] = true;
+                    });
   }
   absl::SleepFor(RandomDelay(absl::Microseconds(1500)));
-  ring->reset();  // detaches; calls still in flight are answered CANCELLED
+  ring.reset();  // detaches; calls still in flight are answered CANCELLED
   absl::MutexLock lock(&mu);
   for (int i = 0; i < kRacedProducts; ++i) {
     if (!answered[i]) {

@@ -73,16 +73,8 @@ SoakWorker::StreamBatchState* SoakWorker::EnsureStreamBatch() {
     return nullptr;
   }
   state->region = *std::move(region);
-  RequestRingOptions ring_options;
-  ring_options.slots = 8;
-  ring_options.shm_prefix = options_.shm_prefix;
-  absl::StatusOr<std::unique_ptr<RequestRing>> ring = RequestRing::Attach(
-      *client_, *session_, ring_options, options_.call_timeout);
-  // --max_rings is shared by every client: running out is an answer.
-  tally().Record("setup", "AttachRing", ring.status(),
-                 {StatusCode::kOk, StatusCode::kResourceExhausted});
-  if (!ring.ok()) return nullptr;
-  state->ring = *std::move(ring);
+  state->ring = AttachNewRing();
+  if (state->ring == nullptr) return nullptr;
   absl::StatusOr<std::unique_ptr<StreamOrderedCalls>> calls =
       StreamOrderedCalls::Create(*client_, *session_, *state->ring,
                                  kMostProducts);

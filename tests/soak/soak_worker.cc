@@ -196,6 +196,11 @@ RequestRing* SoakWorker::EnsureRing() {
   if (ring_ != nullptr && ring_->attached()) return ring_.get();
   ring_.reset();
   if (!EnsureSession()) return nullptr;
+  ring_ = AttachNewRing();
+  return ring_.get();
+}
+
+std::unique_ptr<RequestRing> SoakWorker::AttachNewRing() {
   RequestRingOptions ring_options;
   ring_options.slots = 8;
   ring_options.shm_prefix = options_.shm_prefix;
@@ -205,8 +210,7 @@ RequestRing* SoakWorker::EnsureRing() {
   tally().Record("setup", "AttachRing", ring.status(),
                  {StatusCode::kOk, StatusCode::kResourceExhausted});
   if (!ring.ok()) return nullptr;
-  ring_ = *std::move(ring);
-  return ring_.get();
+  return *std::move(ring);
 }
 
 SoakWorker::GpuRegion* SoakWorker::EnsureGpuRegion(CudaMemory::Kind kind) {

@@ -107,6 +107,9 @@ class SoakWorker {
   // The worker's ring, attached when missing; null when the daemon has no
   // ring left (RESOURCE_EXHAUSTED, tallied) or refused.
   RequestRing* EnsureRing();
+  // A new ring of the session (which must be open); null when the daemon
+  // has no ring left (RESOURCE_EXHAUSTED, tallied) or refused.
+  std::unique_ptr<RequestRing> AttachNewRing();
   // The worker's GPU region of `kind`; null (tallied) when refused.
   struct GpuRegion;
   GpuRegion* EnsureGpuRegion(CudaMemory::Kind kind);
