@@ -14,6 +14,7 @@
 #include "matmul/v1/matmul.pb.h"
 #include "server/api/matmul_service.h"
 #include "server/execution/device_lane.h"
+#include "server/execution/launch_hold.h"
 #include "server/execution/matmul_runner.h"
 #include "server/metrics/metrics.h"
 #include "server/regions/region_registry.h"
@@ -38,8 +39,9 @@ class Service {
     executor.batching.max_batch_size = 4;
     executor.batching.max_queue_size = 16;
     lane.executor = *ProductExecutor::Create(
-        executor, [runner](std::vector<std::unique_ptr<PendingProduct>> batch) {
-          runner->RunBatch(std::move(batch));
+        executor, [runner](std::vector<std::unique_ptr<PendingProduct>> batch,
+                           LaunchHold hold) {
+          runner->RunBatch(std::move(batch), std::move(hold));
         });
     lanes_.push_back(std::move(lane));
     limits_.max_dimension = 64;
