@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "common/gemm/gemm_problem.h"
 #include "kernels/gemm_list.h"
+#include "kernels/launch_stages.h"
 
 namespace matmul {
 
@@ -21,6 +22,9 @@ namespace matmul {
 struct GemmRunInfo {
   std::string kernel;
   double kernel_seconds = 0.0;
+  // Host time of the launch's steps on the thread that started it, in
+  // order; empty where the backend does not time them.
+  std::vector<LaunchStage> launch_stages;
 };
 
 struct DeviceInfo {

@@ -28,6 +28,14 @@ namespace {
 // and a usage error, 2), for supervisors to tell a crash-restart apart.
 constexpr int kDeviceLostExitCode = 3;
 
+// Where /metrics is served, with the port the endpoint bound (port 0 in
+// --metrics_listen picks one).
+std::string MetricsAddress(const std::string& listen, int port) {
+  if (listen.empty()) return "(disabled)";
+  const std::string host = listen.substr(0, listen.rfind(':'));
+  return "http://" + host + ":" + std::to_string(port) + "/metrics";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,15 +111,15 @@ int main(int argc, char** argv) {
     listening += (i ? ", " : "") + options.listen[i] +
                  (port > 0 ? " (port " + std::to_string(port) + ")" : "");
   }
-  std::fprintf(stderr,
-               "matmul-server %s: backend %s (%zu device%s), listening on %s, "
-               "metrics on %s\n",
-               MATMUL_VERSION, (*server)->backend().name().c_str(),
-               (*server)->lanes().size(),
-               (*server)->lanes().size() == 1 ? "" : "s", listening.c_str(),
-               options.metrics_listen.empty()
-                   ? "(disabled)"
-                   : ("http://" + options.metrics_listen + "/metrics").c_str());
+  std::fprintf(
+      stderr,
+      "matmul-server %s: backend %s (%zu device%s), listening on %s, "
+      "metrics on %s\n",
+      MATMUL_VERSION, (*server)->backend().name().c_str(),
+      (*server)->lanes().size(), (*server)->lanes().size() == 1 ? "" : "s",
+      listening.c_str(),
+      MetricsAddress(options.metrics_listen, (*server)->metrics().http_port())
+          .c_str());
 
   int signal_number = 0;
   sigwait(&stop_signals, &signal_number);

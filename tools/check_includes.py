@@ -54,6 +54,7 @@ SERVER_KERNEL_API = frozenset({
     "kernels/gemm_backend.h",
     "kernels/gemm_batch.h",
     "kernels/gemm_list.h",
+    "kernels/launch_stages.h",
     "kernels/device_lost.h",
     "kernels/cpu/cpu_backend.h",
     "kernels/cuda/backend/cuda_backend.h",

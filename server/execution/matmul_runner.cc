@@ -314,7 +314,8 @@ void MatmulRunner::FinishLaunch(
       {.batch_size = batch_size,
        .kernel_seconds = run->kernel_seconds,
        .launch_seconds = absl::ToDoubleSeconds(ran - launched),
-       .answer_seconds = absl::ToDoubleSeconds(answered - ran)});
+       .answer_seconds = absl::ToDoubleSeconds(answered - ran),
+       .stages = run->launch_stages});
 }
 
 }  // namespace matmul

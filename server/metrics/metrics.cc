@@ -218,6 +218,17 @@ ServerMetrics::ServerMetrics(int max_shapes)
                     "requests answered (a batch's answers go out one after "
                     "another)")
               .Register(*registry_)),
+      launch_stage_family_(
+          prometheus::BuildHistogram()
+              .Name("matmul_launch_stage_seconds")
+              .Help("Host time of one step of a launch on its worker "
+                    "(stage: validate, await_stream, slot, stream_wait, "
+                    "pointer_arrays, stack_in, gather, kernel, scatter, "
+                    "stack_out, signal, restore_device), for launches the "
+                    "CUDA backend queues and watches; what a launch's "
+                    "matmul_launch_worker_duration_seconds holds beyond "
+                    "their sum is the daemon's own")
+              .Register(*registry_)),
       device_info_family_(
           prometheus::BuildGauge()
               .Name("matmul_device_info")
@@ -355,6 +366,7 @@ ServerMetrics::DeviceSeries* ServerMetrics::FindDevice(
       &worker_duration_family_.Add(labels, FineDurationBuckets()),
       &answer_duration_family_.Add(labels, FineDurationBuckets()),
       {},
+      {},
       {}};
   return &devices_.emplace(device, std::move(series)).first->second;
 }
@@ -414,6 +426,14 @@ void ServerMetrics::RecordLaunch(const std::string& device,
   device_series.answer_duration->Observe(launch.answer_seconds);
   SeriesFor(device_series, device, ShapeLabel(shape))
       .kernel_duration->Observe(launch.kernel_seconds);
+  for (const LaunchStage& stage : launch.stages) {
+    prometheus::Histogram*& series = device_series.stages[stage.name];
+    if (series == nullptr) {
+      series = &launch_stage_family_.Add(
+          {{"device", device}, {"stage", stage.name}}, FineDurationBuckets());
+    }
+    series->Observe(stage.seconds);
+  }
 }
 
 void ServerMetrics::RecordWorkerSeconds(const std::string& device,

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "kernels/gemm_backend.h"
+#include "kernels/launch_stages.h"
 #include "prometheus/counter.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -115,6 +116,9 @@ class ServerMetrics {
     double launch_seconds = 0.0;
     // From the launch's end to the last of its requests answered.
     double answer_seconds = 0.0;
+    // The backend's laps of the launch on its worker
+    // (GemmRunInfo::launch_stages): matmul_launch_stage_seconds.
+    absl::Span<const LaunchStage> stages;
   };
   void RecordLaunch(const std::string& device, const std::string& shape,
                     const LaunchRecord& launch);
@@ -168,6 +172,8 @@ class ServerMetrics {
     prometheus::Histogram* launch_duration;
     prometheus::Histogram* worker_duration;
     prometheus::Histogram* answer_duration;
+    // By stage name (a fixed set: the backend's string literals).
+    absl::flat_hash_map<std::string, prometheus::Histogram*> stages;
     // By shape label; by "shape|kernel".
     absl::flat_hash_map<std::string, ShapeSeries> shapes;
     absl::flat_hash_map<std::string, KernelSeries> kernels;
@@ -205,6 +211,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& launch_duration_family_;
   prometheus::Family<prometheus::Histogram>& worker_duration_family_;
   prometheus::Family<prometheus::Histogram>& answer_duration_family_;
+  prometheus::Family<prometheus::Histogram>& launch_stage_family_;
   prometheus::Family<prometheus::Gauge>& device_info_family_;
   prometheus::Family<prometheus::Gauge>& mps_client_family_;
   prometheus::Family<prometheus::Gauge>& memory_used_family_;

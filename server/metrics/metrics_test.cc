@@ -42,7 +42,8 @@ TEST(ServerMetricsTest, EveryFamilyHasItsType) {
   ASSERT_TRUE(metrics.ok()) << metrics.status();
   (*metrics)->AddDevice("0", TestGpu(), [] { return BackendGauges{}; });
   (*metrics)->RecordRequests("0", {{.shape = "8x8x8:NN", .kernel = "k"}});
-  (*metrics)->RecordLaunch("0", "8x8x8:NN", {});
+  const LaunchStage stages[] = {{"slot", 1e-6}};
+  (*metrics)->RecordLaunch("0", "8x8x8:NN", {.stages = stages});
   (*metrics)->CountRequest("8x8x8:NN", absl::StatusCode::kOk);
   const Exposition exposition = Parse((*metrics)->Scrape());
   const std::map<std::string, std::string> expected = {
@@ -58,6 +59,7 @@ TEST(ServerMetricsTest, EveryFamilyHasItsType) {
       {"matmul_launch_duration_seconds", "histogram"},
       {"matmul_launch_worker_duration_seconds", "histogram"},
       {"matmul_answer_duration_seconds", "histogram"},
+      {"matmul_launch_stage_seconds", "histogram"},
       {"matmul_build_info", "gauge"},
       {"matmul_device_info", "gauge"},
       {"matmul_mps_client", "gauge"},
@@ -100,6 +102,7 @@ TEST(ServerMetricsTest, LaunchesCountPerShapeKernelAndDevice) {
   // Two launches of one shape on device 0 with two kernels, one on device 1.
   std::map<std::string, double> want_flops;
   std::map<std::string, double> want_seconds;
+  std::map<std::string, double> want_stage_seconds;  // by "device|stage"
   const std::vector<std::pair<std::string, std::string>> launches = {
       {"0", "mma_a"}, {"0", "mma_a"}, {"0", "cublaslt_algo0"}, {"1", "mma_a"}};
   for (const auto& [device, kernel] : launches) {
@@ -116,11 +119,16 @@ TEST(ServerMetricsTest, LaunchesCountPerShapeKernelAndDevice) {
       want_seconds[key] += records.back().kernel_seconds;
     }
     m.RecordRequests(device, records);
+    const LaunchStage stages[] = {{"slot", seconds(rng)},
+                                  {"kernel", seconds(rng)}};
+    want_stage_seconds[absl::StrCat(device, "|slot")] += stages[0].seconds;
+    want_stage_seconds[absl::StrCat(device, "|kernel")] += stages[1].seconds;
     m.RecordLaunch(device, "64x128x256:NT",
                    {.batch_size = 3,
                     .kernel_seconds = seconds(rng),
                     .launch_seconds = seconds(rng),
-                    .answer_seconds = seconds(rng)});
+                    .answer_seconds = seconds(rng),
+                    .stages = stages});
   }
   const Exposition e = Parse(m.Scrape());
   for (const auto& [key, value] : want_flops) {
@@ -132,6 +140,18 @@ TEST(ServerMetricsTest, LaunchesCountPerShapeKernelAndDevice) {
         << labels;
     EXPECT_NEAR(Sample(e, "matmul_kernel_seconds_total" + labels),
                 want_seconds[key], want_seconds[key] * 1e-9)
+        << labels;
+  }
+  // Each stage a series per device, observed once per launch.
+  for (const auto& [key, value] : want_stage_seconds) {
+    const std::vector<std::string> parts = absl::StrSplit(key, '|');
+    const std::string labels =
+        absl::StrCat("{device=\"", parts[0], "\",stage=\"", parts[1], "\"}");
+    EXPECT_NEAR(Sample(e, "matmul_launch_stage_seconds_sum" + labels), value,
+                value * 1e-9)
+        << labels;
+    EXPECT_EQ(Sample(e, "matmul_launch_stage_seconds_count" + labels),
+              parts[0] == "0" ? 3 : 1)
         << labels;
   }
   EXPECT_EQ(Sample(e, "matmul_batch_size_count{device=\"0\"}"), 3);

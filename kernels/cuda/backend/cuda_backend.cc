@@ -18,6 +18,7 @@
 #include "kernels/cuda/runtime/device_ops.h"
 #include "kernels/cuda/runtime/mps_client.h"
 #include "kernels/gemm_batch.h"
+#include "kernels/launch_stages.h"
 
 namespace matmul::cuda {
 
@@ -202,13 +203,19 @@ struct CudaBackend::QueuedProducts {
   std::string kernel;
   // Set when products wait for their clients' streams on the GPU.
   std::optional<QueuedWaitWatch> watch;
+  // StartOne's or StartCombined's laps (GemmRunInfo::launch_stages).
+  std::vector<LaunchStage> stages;
   GemmBackend::LaunchDone done;
 };
 
 absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
+  LaunchStageClock clock;
   RETURN_IF_ERROR(ValidateForCuda(p));
+  clock.Lap("validate");
   ASSIGN_OR_RETURN(const bool wait_on_gpu, AwaitClientStream(p));
+  clock.Lap("await_stream");
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
+  clock.Lap("slot");
   const GemmProblem* one[] = {&p};
   auto queued = std::make_unique<QueuedProducts>(std::move(lease), one);
   StreamSlot& slot = queued->lease.slot();
@@ -221,10 +228,12 @@ absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
     if (wait_on_gpu) {
       RETURN_IF_ERROR(QueueClientWaits(*driver_api_, one, stream));
       queued->watch.emplace(one, absl::Now());
+      clock.Lap("stream_wait");
     }
-    RETURN_IF_ERROR(QueueProduct(p, *queued));
+    RETURN_IF_ERROR(QueueProduct(p, *queued, clock));
     if (ordered && driver_api_.ok()) {
       RETURN_IF_ERROR(QueueClientSignals(*driver_api_, one, stream));
+      clock.Lap("signal");
     }
     return absl::OkStatus();
   };
@@ -237,7 +246,7 @@ absl::Status CudaBackend::StartOne(const GemmProblem& p, LaunchDone& done) {
     return status;
   }
   queued->done = std::move(done);
-  Watch(std::move(queued));
+  Watch(std::move(queued), std::move(clock));
   return absl::OkStatus();
 }
 
@@ -248,11 +257,15 @@ absl::Status CudaBackend::StartCombined(
   // this wait on the CPU returns at once, and nothing that can give up is
   // left on the GPU: once queued, the launch fails only as the device
   // does.
+  LaunchStageClock clock;
   RETURN_IF_ERROR(WaitForClientStreams(problems));
+  clock.Lap("await_stream");
   ASSIGN_OR_RETURN(CombinedProblem combined,
                    CombinedProblem::Combine(problems));
   RETURN_IF_ERROR(ValidateForCuda(combined.problem()));
+  clock.Lap("validate");
   ASSIGN_OR_RETURN(StreamSlotLease lease, slots_->Acquire());
+  clock.Lap("slot");
   auto queued = std::make_unique<QueuedProducts>(std::move(lease), problems);
   StreamSlot& slot = queued->lease.slot();
   cudaStream_t stream = slot.stream.get();
@@ -262,19 +275,23 @@ absl::Status CudaBackend::StartCombined(
   auto queue = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(const GemmProblem arrays,
                      CopyPointerArrays(combined, slot));
+    clock.Lap("pointer_arrays");
     const void* shared_b = StackedB(combined);
     GemmProblem run = arrays;
     if (shared_b != nullptr) {
       ASSIGN_OR_RETURN(run, QueueStackIn(arrays, shared_b, slot));
+      clock.Lap("stack_in");
     }
-    RETURN_IF_ERROR(QueueProduct(run, *queued));
+    RETURN_IF_ERROR(QueueProduct(run, *queued, clock));
     if (shared_b != nullptr) {
       RETURN_IF_ERROR(QueueStackOut(arrays, slot, stream));
       queued->kernel = absl::StrCat(queued->kernel, "+stacked");
+      clock.Lap("stack_out");
     }
     // Signals only the stream-ordered ones.
     if (driver_api_.ok()) {
       RETURN_IF_ERROR(QueueClientSignals(*driver_api_, problems, stream));
+      clock.Lap("signal");
     }
     return absl::OkStatus();
   };
@@ -284,24 +301,32 @@ absl::Status CudaBackend::StartCombined(
   }
   RETURN_IF_ERROR(status);
   queued->done = std::move(done);
-  Watch(std::move(queued));
+  Watch(std::move(queued), std::move(clock));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::QueueProduct(const GemmProblem& p,
-                                       QueuedProducts& queued) {
+                                       QueuedProducts& queued,
+                                       LaunchStageClock& clock) {
   StreamSlot& slot = queued.lease.slot();
   cudaStream_t stream = slot.stream.get();
   ASSIGN_OR_RETURN(KernelOperands operands, KernelOperands::Gather(p, stream));
   queued.operands.emplace(std::move(operands));
+  clock.Lap("gather");
   ASSIGN_OR_RETURN(queued.kernel,
                    schedule_->QueueTimed(queued.operands->problem(), slot));
-  return queued.operands->ScatterC(stream);
+  clock.Lap("kernel");
+  RETURN_IF_ERROR(queued.operands->ScatterC(stream));
+  clock.Lap("scatter");
+  return absl::OkStatus();
 }
 
-void CudaBackend::Watch(std::unique_ptr<QueuedProducts> owned) {
+void CudaBackend::Watch(std::unique_ptr<QueuedProducts> owned,
+                        LaunchStageClock clock) {
   QueuedProducts* queued = owned.get();
   queued->lease.RestoreDevice();
+  clock.Lap("restore_device");
+  queued->stages = std::move(clock).Take();
   completions_->Add(
       {.ready =
            // Called only until complete runs.
@@ -324,6 +349,7 @@ void CudaBackend::Watch(std::unique_ptr<QueuedProducts> owned) {
                RETURN_IF_ERROR(queued->operands->Release(slot.stream.get()));
                GemmRunInfo info;
                info.kernel = queued->kernel;
+               info.launch_stages = std::move(queued->stages);
                ASSIGN_OR_RETURN(
                    info.kernel_seconds,
                    CudaEvent::ElapsedSeconds(slot.start, slot.stop));

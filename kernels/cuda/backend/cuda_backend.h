@@ -50,6 +50,7 @@
 #include "kernels/cuda/selector/gemm_selector.h"
 #include "kernels/gemm_backend.h"
 #include "kernels/gemm_batch.h"
+#include "kernels/launch_stages.h"
 
 namespace matmul::cuda {
 
@@ -127,10 +128,13 @@ class CudaBackend : public GemmBackend {
   struct QueuedProducts;
   // Queues `problem` on `queued`'s slot: the gathers of its operands into
   // the form the kernels take (kept in `queued`), the product between the
-  // slot's events (its kernel's name in `queued`), the scatter of C.
-  absl::Status QueueProduct(const GemmProblem& problem, QueuedProducts& queued);
-  // Hands what StartOne or StartCombined queued to the completion poller.
-  void Watch(std::unique_ptr<QueuedProducts> queued);
+  // slot's events (its kernel's name in `queued`), the scatter of C; each
+  // a lap of `clock`.
+  absl::Status QueueProduct(const GemmProblem& problem, QueuedProducts& queued,
+                            LaunchStageClock& clock);
+  // Hands what StartOne or StartCombined queued to the completion poller,
+  // with the laps of `clock` for the launch's GemmRunInfo.
+  void Watch(std::unique_ptr<QueuedProducts> queued, LaunchStageClock clock);
   // Several products of one BatchKey as one pointer-array launch, or one
   // stacked product (StackedB).
   absl::StatusOr<GemmRunInfo> RunCombined(const CombinedProblem& combined,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -12,10 +13,12 @@
 #include "absl/synchronization/notification.h"
 #include "common/bf16.h"
 #include "common/gemm/reference_gemm.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/families/gemm_family.h"
 #include "kernels/cuda/families/gemm_family_registry.h"
 #include "kernels/cuda/testing/gpu_test_util.h"
+#include "kernels/launch_stages.h"
 
 namespace matmul::cuda {
 namespace {
@@ -386,6 +389,16 @@ TEST_F(CudaBackendTest, RandomDeviceCases) {
   }
 }
 
+// The names of a launch's timed steps; each step's time is >= 0.
+std::vector<std::string> StageNames(const GemmRunInfo& run) {
+  std::vector<std::string> names;
+  for (const LaunchStage& stage : run.launch_stages) {
+    EXPECT_GE(stage.seconds, 0.0) << stage.name;
+    names.emplace_back(stage.name);
+  }
+  return names;
+}
+
 // StartBatch's pipeline: single device products queued back to back from
 // one thread, more of them than there are slots, each answered on the
 // completion poller's thread once its output is complete, and so are
@@ -437,6 +450,11 @@ TEST_F(CudaBackendTest, StartBatchCompletesQueuedProductsOffTheCaller) {
     SCOPED_TRACE(hosts[i].spec.Name());
     ASSERT_TRUE(runs[i].ok()) << runs[i].status();
     EXPECT_GT(runs[i]->kernel_seconds, 0.0);
+    // The launch's steps on the caller, timed in order.
+    EXPECT_THAT(
+        StageNames(*runs[i]),
+        ::testing::ElementsAre("validate", "await_stream", "slot", "gather",
+                               "kernel", "scatter", "restore_device"));
     ASSERT_TRUE(::matmul::cuda::testing::Download(devices[i], hosts[i]).ok());
     EXPECT_LT(::matmul::cuda::testing::CheckError(hosts[i]), 1e-2);
     EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
@@ -470,6 +488,9 @@ TEST_F(CudaBackendTest, StartBatchCompletesQueuedProductsOffTheCaller) {
     EXPECT_GT(run->kernel_seconds, 0.0);
     EXPECT_EQ(run->kernel.find("+stacked") != std::string::npos, shared_b)
         << run->kernel;
+    EXPECT_THAT(StageNames(*run), ::testing::Contains("pointer_arrays"));
+    EXPECT_THAT(StageNames(*run),
+                ::testing::Contains("stack_in").Times(shared_b ? 1 : 0));
     CheckDeviceBatch(batch, run->kernel);
   }
 

@@ -86,7 +86,6 @@ import os
 import statistics
 import sys
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                 ".."))
@@ -100,6 +99,7 @@ import matmul_client.nn as mc_nn  # noqa: E402
 import matmul_client.torch_ops as torch_ops  # noqa: E402
 from matmul_client.local_lists import LocalLists  # noqa: E402
 
+import daemon_metrics  # noqa: E402
 from figures import Clock, cell, client_version, spread  # noqa: E402
 from figures import in_a_row_against  # noqa: E402
 
@@ -412,13 +412,8 @@ def gradient_difference(grads, reference):
 def tuning_total(url):
     """matmul_tuning_total summed over outcomes, from the daemon's
     /metrics."""
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith("matmul_tuning_total"):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return daemon_metrics.total(daemon_metrics.scrape(url),
+                                "matmul_tuning_total")
 
 
 def settle_tuning(linears, state, args, clock):

@@ -22,9 +22,11 @@
 #   bash tests/gpu/bench/python_bench.sh NAME [NAME.py flags...]
 # Env: DAEMON_FLAGS (extra matmul-server flags), OUT (default gpu-out),
 # MPS (off, on or both; default off), METRICS_URL (the daemon's /metrics,
-# which lora_step.py watches for the end of the daemon's tuning; default
+# which lora_step.py watches for the end of the daemon's tuning and
+# many_processes.py reads around each daemon round; default
 # http://127.0.0.1:9479/metrics, where the daemon is told to serve them;
-# empty: not watched nor kept), TIMEOUT_S (each script run's limit, 540; 0:
+# empty: not watched nor kept), METRICS_PORT (where the daemon serves
+# them, 9479; 0: a free port, read from the daemon's log), TIMEOUT_S (each script run's limit, 540; 0:
 # none), SERVER (default bundle/matmul-server), PYTHON (default python3).
 # A CPU smoke test, from a build (tests/CMakeLists.txt's
 # lora_step_smoke_test): SERVER=build/server/matmul-server
@@ -64,10 +66,8 @@ if [ ! -x "$SERVER" ]; then
 fi
 export SERVER
 source tests/gpu/cuda_daemon.sh
-port=9479
+port=${METRICS_PORT:-9479}
 metrics_url=${METRICS_URL-http://127.0.0.1:$port/metrics}
-script_flags=()
-if [ "$name" = lora_step ]; then script_flags=(--metrics_url="$metrics_url"); fi
 trap 'kill_cuda_daemon; stop_mps' EXIT
 
 # run_script OUTNAME [NAME.py flags...]: a fresh daemon, the script against
@@ -81,12 +81,31 @@ run_script() {
     kill_cuda_daemon
     return 1
   fi
+  local url=$metrics_url script_flags=()
+  if [ "$port" = 0 ] && [ -n "$url" ]; then
+    # The daemon picked the port: its first line says which.
+    url=
+    for _ in $(seq 50); do
+      url=$(grep -o 'metrics on http://[^ ]*/metrics' "$dir/server.log" |
+        head -1 | cut -d' ' -f3) || true
+      [ -n "$url" ] && break
+      sleep 0.1
+    done
+    if [ -z "$url" ]; then
+      echo "python_bench.sh: the daemon's log names no metrics address" >&2
+      kill_cuda_daemon
+      return 1
+    fi
+  fi
+  if [ -n "$url" ] && [ "$name" != native_speed ]; then
+    script_flags=(--metrics_url="$url")
+  fi
   PYTHONUNBUFFERED=1 timeout "${TIMEOUT_S:-540}" "${PYTHON:-python3}" \
     "tests/gpu/bench/$name.py" --target="$sock" --json="$OUT/$out.json" \
     "${script_flags[@]}" "$@" | tee "$OUT/$out.txt" || status=$?
-  if [ -n "$metrics_url" ]; then
-    curl -s "$metrics_url" |
-      grep -E '^matmul_(batch_size|launch_duration_seconds|launch_worker|requests_total|kernel_seconds_total)' |
+  if [ -n "$url" ]; then
+    curl -s "$url" |
+      grep -E '^matmul_(batch_size|launch_duration_seconds|launch_worker|launch_stage|requests_total|kernel_seconds_total)' |
       grep -v _bucket >"$OUT/$out.metrics" || true
   fi
   stop_cuda_daemon 10 || status=1

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 47's case (a) under several daemon and client settings, one fresh
+# daemon each, to find what holds the daemon below local processes: 8
+# processes, distinct weights, 16x4096x4096 NT, call + synchronize
+# (tests/gpu/bench/many_processes.py), each setting under MPS (MPS=on, the
+# default), without (off) or both. Every run reads the daemon's /metrics
+# around each round, so each setting's table says where a launch's time
+# went (the worker's hold and each step of it) and how busy the machine's
+# cores were on each side.
+# VARIANTS is a list of "label|matmul-server flags|many_processes.py flags"
+# separated by ';' (default: the defaults; daemon threads that spin less;
+# fewer daemon threads; clients that do not spin on their rings).
+# FLAGS adds many_processes.py flags to every run (default: --modes=distinct
+# --processes=8). Each setting's files go to $OUT/variants/LABEL/; one
+# summary table closes. Needs bundle/ (tests/gpu/bundle.sh) and the
+# client's extension (tests/gpu/build_native_for_device.sh).
+set -uo pipefail
+cd "$(dirname "$0")/../../../.." || exit 1
+OUT=${OUT:-$PWD/gpu-out}
+res=$OUT/variants
+mkdir -p "$res"
+VARIANTS=${VARIANTS:-"default||;quiet|--worker_spin_us=0 --ring_poll_spin_us=50|;few_threads|--worker_threads=2 --ring_pollers=1|;client_no_spin||--ring_spin_us=0"}
+FLAGS=${FLAGS:---modes=distinct --processes=8}
+MPS=${MPS:-on}
+rc=0
+labels=()
+IFS=';' read -ra variants <<<"$VARIANTS"
+for variant in "${variants[@]}"; do
+  IFS='|' read -r label daemon_flags script_flags <<<"$variant"
+  labels+=("$label")
+  echo "=== $label: daemon ${daemon_flags:-(defaults)}, clients ${script_flags:-(defaults)}"
+  mkdir -p "$res/$label"
+  # shellcheck disable=SC2086  # flag lists
+  OUT=$res/$label DAEMON_FLAGS=$daemon_flags MPS=$MPS \
+    bash tests/gpu/bench/python_bench.sh many_processes $FLAGS $script_flags ||
+    rc=1
+done
+python3 - "$res" "${labels[@]}" <<'PY'
+import json, os, sys
+res, labels = sys.argv[1], sys.argv[2:]
+print(f"\n{'setting':<16} {'mps':<4} {'procs':>5} {'daemon/s':>9} "
+      f"{'local/s':>9} {'ratio':>6} {'batch':>6} {'worker us':>9} "
+      f"{'daemon cores':>12} {'busy cores':>10}")
+for label in labels:
+    for name, mps in (("many_processes", "off"), ("many_processes_mps", "on")):
+        path = os.path.join(res, label, name + ".json")
+        if not os.path.exists(path):
+            continue
+        for case in json.load(open(path))["cases"]:
+            b = case.get("daemon_launches") or {}
+            print(f"{label:<16} {mps:<4} {case['processes']:>5} "
+                  f"{case['daemon_per_s']['median']:>9.0f} "
+                  f"{case['local_per_s']['median']:>9.0f} "
+                  f"{case['ratio']['median']:>6.2f} "
+                  f"{b.get('mean_batch', 0):>6.2f} "
+                  f"{b.get('worker_us', 0):>9.1f} "
+                  f"{b.get('daemon_cores', 0):>12.2f} "
+                  f"{case['machine']['daemon']['cores_busy']:>10.1f}")
+PY
+exit $rc
