@@ -5,7 +5,8 @@
 # name compose.yaml gives. With products going to the daemon, Prometheus
 # scrapes it through the compose network (by its service name) and every
 # dashboard and alert expression evaluates through Prometheus's HTTP API,
-# every non-DCGM one with data (tests/observability/check_queries.py).
+# each with data but those over the DCGM exporter's series and CUDA
+# launch steps (tests/observability/check_queries.py).
 # Grafana and the DCGM exporter are not started: no package of either is
 # to be had here.
 # Usage: compose_test.sh IMAGE SOCKET_GID MATMUL_CLI_DIR (bin/ and lib/)

@@ -30,6 +30,12 @@ DCGM_VALUES = {  # metric -> {device: value}
 FLOPS_PER_S = {"0": 6e12, "1": 2e12}
 REQUESTS_PER_S = {"0": 300, "1": 100}
 BATCH_SIZE_MEAN = {"0": 1, "1": 4}
+# Means per launch, in seconds (made large: the check rounds to 1 ms).
+WORKER_SECONDS = {"0": 0.004, "1": 0.009}
+STAGE_SECONDS = {"slot": {"0": 0.001, "1": 0.002},
+                 "kernel": {"0": 0.003, "1": 0.006}}
+LAUNCH_SECONDS = {"0": 0.04, "1": 0.09}
+ANSWER_SECONDS = {"0": 0.002, "1": 0.005}
 MEMORY_USED = {"0": 20e9, "1": 10e9}
 MEMORY_TOTAL = 141e9
 
@@ -60,6 +66,17 @@ def series():
         launches = REQUESTS_PER_S[device] / BATCH_SIZE_MEAN[device]
         counter("matmul_batch_size_count", where, launches)
         counter("matmul_batch_size_sum", where, REQUESTS_PER_S[device])
+        for name, mean in (
+                ("matmul_launch_worker_duration_seconds", WORKER_SECONDS),
+                ("matmul_launch_duration_seconds", LAUNCH_SECONDS),
+                ("matmul_answer_duration_seconds", ANSWER_SECONDS)):
+            counter(name + "_count", where, launches)
+            counter(name + "_sum", where, launches * mean[device])
+        for stage, mean in STAGE_SECONDS.items():
+            staged = f'{where},stage="{stage}"'
+            counter("matmul_launch_stage_seconds_count", staged, launches)
+            counter("matmul_launch_stage_seconds_sum", staged,
+                    launches * mean[device])
         for le in ("1", "2", "4", "8", "+Inf"):
             full = float(le) >= BATCH_SIZE_MEAN[device]
             counter("matmul_batch_size_bucket", f'{where},le="{le}"',
@@ -103,6 +120,15 @@ EXPECTED = {
     ("Served TFLOPS by device", "device {{device}}"):
         by_device({d: f / 1e12 for d, f in FLOPS_PER_S.items()}),
     ("Requests/s by device", "device {{device}}"): by_device(REQUESTS_PER_S),
+    ("Worker time per launch, by step", "held device {{device}}"):
+        by_device(WORKER_SECONDS),
+    ("Worker time per launch, by step", "{{stage}} device {{device}}"): [
+        (f'{{device="{d}",stage="{stage}"}}', v)
+        for stage, means in STAGE_SECONDS.items() for d, v in means.items()],
+    ("Launch to end, and answers", "launch to end device {{device}}"):
+        by_device(LAUNCH_SECONDS),
+    ("Launch to end, and answers", "answers device {{device}}"):
+        by_device(ANSWER_SECONDS),
     ("Device memory", "used {{instance}} device {{device}}"):
         raw(MEMORY_USED),
     ("Device memory", "total {{instance}} device {{device}}"):

@@ -8,7 +8,8 @@
 #  3. Prometheus on loopback scraping it every second, with the shipped
 #     alert rules; after a few scrapes, check_queries.py evaluates every
 #     dashboard and alert expression through the HTTP API (all must
-#     evaluate, all but the DCGM ones must return data), and must reject a
+#     evaluate, all but those over series a CPU daemon without a
+#     DCGM exporter lacks must return data), and must reject a
 #     dashboard with a broken and an empty expression;
 #  4. promtool check metrics on a live scrape, and every family it exports
 #     named in the README's metrics table.
