@@ -48,6 +48,11 @@ struct BackendGauges {
   int64_t tuned_shapes = -1;       // shapes with a timed kernel choice
   int64_t tunings_succeeded = -1;  // since start
   int64_t tunings_failed = -1;
+  // The thread that notices launches' ends (the CUDA backend's completion
+  // poller): seconds so far spent polling for them and completing them
+  // (answers included); negative where there is no such thread.
+  double completion_polling_seconds = -1;
+  double completion_completing_seconds = -1;
 };
 
 class GemmBackend {

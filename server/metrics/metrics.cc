@@ -264,7 +264,16 @@ ServerMetrics::ServerMetrics(int max_shapes)
                                .Name("matmul_region_bytes")
                                .Help("Bytes of the regions registered, by "
                                      "kind")
-                               .Register(*registry_)) {
+                               .Register(*registry_)),
+      completion_thread_family_(
+          prometheus::BuildCounter()
+              .Name("matmul_completion_thread_seconds_total")
+              .Help("Time the thread that notices a GPU's launches end "
+                    "spent polling for their ends (work=polling) and "
+                    "completing them, answers included (work=completing); "
+                    "the two rates summing near 1 mean that thread is "
+                    "saturated")
+              .Register(*registry_)) {
   auto gauge = [this](const char* name, const char* help) {
     return &prometheus::BuildGauge()
                 .Name(name)
@@ -339,10 +348,17 @@ void ServerMetrics::AddDevice(const std::string& device, const DeviceInfo& info,
             {"sm_count", absl::StrCat(info.multiprocessors)}})
       .Set(1);
   mps_client_family_.Add({{"device", device}}).Set(info.mps_client ? 1 : 0);
+  DeviceSource source{&memory_used_family_.Add({{"device", device}}),
+                      &memory_total_family_.Add({{"device", device}}),
+                      std::move(gauges)};
+  if (!info.compute_capability.empty()) {  // a GPU
+    source.completion_polling = &completion_thread_family_.Add(
+        {{"device", device}, {"work", "polling"}});
+    source.completion_completing = &completion_thread_family_.Add(
+        {{"device", device}, {"work", "completing"}});
+  }
   absl::MutexLock lock(&source_mu_);
-  device_sources_.push_back({&memory_used_family_.Add({{"device", device}}),
-                             &memory_total_family_.Add({{"device", device}}),
-                             std::move(gauges)});
+  device_sources_.push_back(std::move(source));
 }
 
 std::string ServerMetrics::ShapeLabel(const std::string& shape) {
@@ -524,6 +540,12 @@ void ServerMetrics::UpdateFromSources() const {
     if (total >= 0 || ReadHostMemory(used, total)) {
       source.memory_used->Set(static_cast<double>(used));
       source.memory_total->Set(static_cast<double>(total));
+    }
+    if (source.completion_polling != nullptr &&
+        gauges.completion_polling_seconds >= 0) {
+      AdvanceTo(*source.completion_polling, gauges.completion_polling_seconds);
+      AdvanceTo(*source.completion_completing,
+                gauges.completion_completing_seconds);
     }
     tuned_shapes += std::max<int64_t>(gauges.tuned_shapes, 0);
     succeeded += std::max<int64_t>(gauges.tunings_succeeded, 0);

@@ -218,6 +218,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& memory_total_family_;
   prometheus::Family<prometheus::Gauge>& regions_family_;
   prometheus::Family<prometheus::Gauge>& region_bytes_family_;
+  prometheus::Family<prometheus::Counter>& completion_thread_family_;
   prometheus::Gauge* in_flight_;
   prometheus::Gauge* rings_attached_;
   prometheus::Gauge* queue_depth_;
@@ -250,6 +251,9 @@ class ServerMetrics {
     prometheus::Gauge* memory_used;
     prometheus::Gauge* memory_total;
     std::function<BackendGauges()> gauges;
+    // A GPU's completion thread (BackendGauges): polling, completing.
+    prometheus::Counter* completion_polling = nullptr;
+    prometheus::Counter* completion_completing = nullptr;
   };
   std::vector<DeviceSource> device_sources_ ABSL_GUARDED_BY(source_mu_);
   // Region kinds seen so far: a kind whose last region went keeps its row

@@ -52,6 +52,7 @@ TEST(ServerMetricsTest, EveryFamilyHasItsType) {
       {"matmul_kernel_seconds_total", "counter"},
       {"matmul_tuning_total", "counter"},
       {"process_cpu_seconds_total", "counter"},
+      {"matmul_completion_thread_seconds_total", "counter"},
       {"matmul_request_duration_seconds", "histogram"},
       {"matmul_queue_duration_seconds", "histogram"},
       {"matmul_kernel_duration_seconds", "histogram"},
@@ -251,7 +252,9 @@ TEST(ServerMetricsTest, SourcesAreReadAtScrapeTime) {
                        .memory_total_bytes = bytes(rng),
                        .tuned_shapes = 3,
                        .tunings_succeeded = 4,
-                       .tunings_failed = 1};
+                       .tunings_failed = 1,
+                       .completion_polling_seconds = 0.25,
+                       .completion_completing_seconds = 0.5};
   std::atomic<int> reads{0};
   m.AddDevice("0", TestGpu(), [&] {
     ++reads;
@@ -284,13 +287,26 @@ TEST(ServerMetricsTest, SourcesAreReadAtScrapeTime) {
   EXPECT_EQ(Sample(e, "matmul_tuned_shapes"), 3);
   EXPECT_EQ(Sample(e, "matmul_tuning_total{outcome=\"succeeded\"}"), 4);
   EXPECT_EQ(Sample(e, "matmul_tuning_total{outcome=\"failed\"}"), 1);
+  EXPECT_EQ(Sample(e,
+                   "matmul_completion_thread_seconds_total{device=\"0\","
+                   "work=\"polling\"}"),
+            0.25);
+  EXPECT_EQ(Sample(e,
+                   "matmul_completion_thread_seconds_total{device=\"0\","
+                   "work=\"completing\"}"),
+            0.5);
 
   // The next scrape follows the sources; the shm regions went away.
   gauges.tunings_succeeded = 9;
+  gauges.completion_completing_seconds = 1.5;
   regions.kinds = {{"cuda_vmm", 2, 100}};
   m.SetServing(false);
   e = Parse(m.Scrape());
   EXPECT_EQ(Sample(e, "matmul_tuning_total{outcome=\"succeeded\"}"), 9);
+  EXPECT_EQ(Sample(e,
+                   "matmul_completion_thread_seconds_total{device=\"0\","
+                   "work=\"completing\"}"),
+            1.5);
   EXPECT_EQ(Sample(e, "matmul_regions{kind=\"shm\"}"), 0);
   EXPECT_EQ(Sample(e, "matmul_region_bytes{kind=\"shm\"}"), 0);
   EXPECT_EQ(Sample(e, "matmul_region_bytes{kind=\"cuda_vmm\"}"), 100);
@@ -316,6 +332,10 @@ TEST(ServerMetricsTest, ACpuDeviceReportsTheHostsMemory) {
   EXPECT_GT(used, 0);
   EXPECT_GT(total, used);
   EXPECT_EQ(Sample(e, "matmul_tuned_shapes"), 0);
+  // The CPU backend completes on its callers: no completion thread.
+  EXPECT_FALSE(e.samples.contains(
+      "matmul_completion_thread_seconds_total{device=\"cpu\","
+      "work=\"polling\"}"));
 }
 
 TEST(ServerMetricsTest, ProcessFamiliesComeFromProc) {

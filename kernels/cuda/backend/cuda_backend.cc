@@ -720,6 +720,9 @@ BackendGauges CudaBackend::Gauges() const {
   const GemmSelector::TuningCounts tunings = selector_->tuning_counts();
   gauges.tunings_succeeded = tunings.succeeded;
   gauges.tunings_failed = tunings.failed;
+  const CompletionPoller::BusyTime busy = completions_->busy();
+  gauges.completion_polling_seconds = absl::ToDoubleSeconds(busy.polling);
+  gauges.completion_completing_seconds = absl::ToDoubleSeconds(busy.completing);
   return gauges;
 }
 

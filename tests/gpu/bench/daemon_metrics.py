@@ -51,8 +51,9 @@ def launch_breakdown(before, after, wall_seconds):
     """What the daemon's launches between two scrapes cost, in microseconds
     per launch (queue: per request): its worker's hold and each of the
     backend's steps in it (matmul_launch_stage_seconds), the launch to its
-    end noticed, the kernel, the answers; the mean batch and the daemon's
-    CPU in cores."""
+    end noticed, the kernel, the answers; the mean batch, the daemon's CPU
+    in cores, and the busy share of its completion thread (polling,
+    completing)."""
     def delta(name, **labels):
         return total(after, name, **labels) - total(before, name, **labels)
 
@@ -79,6 +80,12 @@ def launch_breakdown(before, after, wall_seconds):
         "queue_us": (delta("matmul_queue_duration_seconds_sum") / queued * 1e6
                      if queued > 0 else 0.0),
         "daemon_cores": delta("process_cpu_seconds_total") / wall_seconds,
+        # The share of the span the completion thread spent on each.
+        "completion_polling": delta("matmul_completion_thread_seconds_total",
+                                    work="polling") / wall_seconds,
+        "completion_completing": delta(
+            "matmul_completion_thread_seconds_total",
+            work="completing") / wall_seconds,
     }
 
 

@@ -24,9 +24,9 @@ daemon, without and with MPS, and keeps its metrics.)
 With --metrics_url, the daemon's /metrics are read before and after each
 daemon round: each case then reports where its launches' time went (the
 worker's hold per launch and each step of it, launch to end, kernel,
-answers, queue per request, mean batch, the daemon's CPU), summed over its
-rounds; and for both sides, the machine's busy cores and context switches
-per product (/proc/stat).
+answers, queue per request, mean batch, the daemon's CPU, the busy share of
+its completion thread), summed over its rounds; and for both sides, the
+machine's busy cores and context switches per product (/proc/stat).
 
 --device=cpu runs the distinct case with CPU tensors against a CPU daemon
 (a smoke test of the script; SharedWeight is CUDA-only), with --shape to
@@ -224,7 +224,8 @@ def merged(figures):
            "requests": sum(f["requests"] for f in figures)}
     out["mean_batch"] = out["requests"] / launches
     for name in ("worker_us", "launch_us", "kernel_us", "answer_us",
-                 "queue_us", "daemon_cores"):
+                 "queue_us", "daemon_cores", "completion_polling",
+                 "completion_completing"):
         out[name] = mean(lambda f: f[name])
     stages = sorted({stage for f in figures for stage in f["stages_us"]})
     out["stages_us"] = {stage: mean(lambda f: f["stages_us"].get(stage, 0.0))
@@ -251,7 +252,7 @@ def print_breakdowns(report):
     print(f"{'case':<10} {'procs':>5} {'batch':>6} {'worker':>7} "
           + " ".join(f"{s[:10]:>10}" for s in stages)
           + f" {'to end':>7} {'kernel':>7} {'answer':>7} {'queue':>7}"
-          f" {'cores':>6}")
+          f" {'cores':>6} {'poller: polling':>15} {'completing':>10}")
     for c in rows:
         b = c["daemon_launches"]
         print(f"{c['mode']:<10} {c['processes']:>5} {b['mean_batch']:>6.2f} "
@@ -260,7 +261,8 @@ def print_breakdowns(report):
                          for s in stages)
               + f" {b['launch_us']:>7.1f} {b['kernel_us']:>7.1f}"
               f" {b['answer_us']:>7.1f} {b['queue_us']:>7.1f}"
-              f" {b['daemon_cores']:>6.2f}")
+              f" {b['daemon_cores']:>6.2f} {b['completion_polling']:>15.2f}"
+              f" {b['completion_completing']:>10.2f}")
 
 
 def main():

@@ -1,5 +1,6 @@
 #include "kernels/cuda/backend/internal/completion_poller.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -60,14 +61,22 @@ bool CompletionPoller::TakeNew(std::vector<Watched>& watched) {
 }
 
 void CompletionPoller::Loop() {
+  using Clock = std::chrono::steady_clock;
   std::vector<Watched> watched;
   while (TakeNew(watched)) {
     const absl::Time now = absl::Now();
     bool any_young = false;
     int completed = 0;
+    Clock::duration polling{};
+    Clock::duration completing{};
     for (size_t i = 0; i < watched.size();) {
-      if (watched[i].launch.ready()) {
+      const Clock::time_point asked = Clock::now();
+      const bool ready = watched[i].launch.ready();
+      const Clock::time_point answered = Clock::now();
+      polling += answered - asked;
+      if (ready) {
         std::move(watched[i].launch.complete)();
+        completing += Clock::now() - answered;
         watched[i] = std::move(watched.back());
         watched.pop_back();
         ++completed;
@@ -76,7 +85,14 @@ void CompletionPoller::Loop() {
       any_young |= now - watched[i].added < options_.busy_spin;
       ++i;
     }
+    polling_ns_.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(polling).count(),
+        std::memory_order_relaxed);
     if (completed > 0) {
+      completing_ns_.fetch_add(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(completing)
+              .count(),
+          std::memory_order_relaxed);
       absl::MutexLock lock(&mu_);
       pending_ -= completed;
     }

@@ -17,6 +17,7 @@
 #define MATMUL_KERNELS_CUDA_BACKEND_INTERNAL_COMPLETION_POLLER_H_
 
 #include <atomic>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -64,6 +65,18 @@ class CompletionPoller {
     return pending_;
   }
 
+  // The thread's time so far in ready() and in complete(): their rates
+  // near 1 together mean the thread is saturated (a launch's end then
+  // waits for the thread, not for the GPU).
+  struct BusyTime {
+    absl::Duration polling;
+    absl::Duration completing;
+  };
+  BusyTime busy() const {
+    return {absl::Nanoseconds(polling_ns_.load(std::memory_order_relaxed)),
+            absl::Nanoseconds(completing_ns_.load(std::memory_order_relaxed))};
+  }
+
  private:
   struct Watched {
     Launch launch;
@@ -87,6 +100,9 @@ class CompletionPoller {
   bool sleeping_ ABSL_GUARDED_BY(mu_) = false;
   // What the idle spin reads without the lock.
   std::atomic<bool> incoming_hint_{false};
+  // busy(), written by the thread once per round.
+  std::atomic<int64_t> polling_ns_{0};
+  std::atomic<int64_t> completing_ns_{0};
   std::thread thread_;
 };
 

@@ -93,5 +93,35 @@ TEST(CompletionPollerTest, WakesFromSleepForALaunchAddedLater) {
   }
 }
 
+// busy() counts the thread's time in ready() and in complete() apart,
+// neither less than the time those calls took.
+TEST(CompletionPollerTest, BusyTimeCountsPollingAndCompletingApart) {
+  constexpr absl::Duration kComplete = absl::Milliseconds(200);
+  constexpr absl::Duration kPoll = absl::Milliseconds(5);
+  std::atomic<int> polls{0};
+  absl::Notification done;
+  CompletionPoller poller({});
+  poller.Add({.ready =
+                  [&] {
+                    absl::SleepFor(kPoll);
+                    return polls.fetch_add(1) == 2;  // the third poll
+                  },
+              .complete =
+                  [&] {
+                    absl::SleepFor(kComplete);
+                    done.Notify();
+                  }});
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (poller.pending() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  const CompletionPoller::BusyTime busy = poller.busy();
+  EXPECT_EQ(polls.load(), 3);
+  EXPECT_GE(busy.polling, 3 * kPoll);
+  EXPECT_LT(busy.polling, kComplete);  // none of the completion
+  EXPECT_GE(busy.completing, kComplete);
+}
+
 }  // namespace
 }  // namespace matmul::cuda
