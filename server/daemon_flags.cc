@@ -82,6 +82,14 @@ ABSL_FLAG(bool, launch_pipeline, true,
           "CUDA: a worker queues a launch and goes on to the next one while "
           "a thread of the backend's polls for its end; false: the worker "
           "waits for each launch itself.");
+ABSL_FLAG(std::string, completion_poll, "query",
+          "query | word. CUDA: how the backend's thread notices a queued "
+          "launch's end: query, cudaStreamQuery on the launch's stream at "
+          "each poll; word, the stream writes a counter into pinned host "
+          "memory after the launch and the thread reads it, asking the "
+          "stream only now and then (a failed stream never writes it), so "
+          "that polling makes no CUDA call for launches to contend with "
+          "(needs the driver's stream memory operations; query otherwise).");
 ABSL_FLAG(double, serial_min_gflop_per_sm, 1.0,
           "CUDA: products (or batches) of at least this many GFLOP per SM "
           "of the GPU run one after another on one stream that all workers "
@@ -289,6 +297,13 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
   backend.cuda.launch_pipeline = absl::GetFlag(FLAGS_launch_pipeline);
   backend.cuda.completion_idle_spin =
       absl::Microseconds(absl::GetFlag(FLAGS_worker_spin_us));
+  const std::string completion_poll = absl::GetFlag(FLAGS_completion_poll);
+  if (completion_poll != "query" && completion_poll != "word") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--completion_poll is '", completion_poll,
+                     "'; expected query or word"));
+  }
+  backend.cuda.completion_by_word = completion_poll == "word";
   backend.cuda.serial_min_gflop_per_sm =
       absl::GetFlag(FLAGS_serial_min_gflop_per_sm);
   const std::string stream_order_wait = absl::GetFlag(FLAGS_stream_order_wait);

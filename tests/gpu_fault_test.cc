@@ -1,9 +1,10 @@
 // GPU faults through a real daemon on the CUDA backend (skipped without a
 // GPU): a fault that poisons the CUDA context (the test-only out-of-range
-// write) turns health NOT_SERVING and answers the product that hit it,
-// those queued behind it and every later one UNAVAILABLE; a product whose
-// staging cannot be allocated fails alone with RESOURCE_EXHAUSTED and the
-// daemon goes on serving.
+// write; launches' ends noticed either way, --completion_poll) turns health
+// NOT_SERVING and answers the product that hit it, those queued behind it
+// and every later one UNAVAILABLE; a product whose staging cannot be
+// allocated fails alone with RESOURCE_EXHAUSTED and the daemon goes on
+// serving.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -53,11 +54,14 @@ const char* CodeName(const absl::Status& status) {
 // Runs in a child process: the fault poisons its CUDA context for good.
 // Prints what it saw on stderr (the parent matches it) and exits 3, the
 // daemon's device-lost code, once the server reported the loss.
-void FaultScenario() {
+// With `completion_by_word`, the completion thread reads launches' ends
+// from a word the faulted stream never writes, and must ask the stream.
+void FaultScenario(bool completion_by_word) {
   cuda::CudaBackendOptions cuda;
   cuda.selector.background_tuning = false;
   cuda.streams = 1;
   cuda.test_only_inject_fault_after = 2;
+  cuda.completion_by_word = completion_by_word;
   ServerOptions options = TestDaemon::DefaultOptions();
   options.executor.worker_threads = 1;
   std::atomic<int> lost{0};
@@ -97,7 +101,17 @@ void FaultScenario() {
 TEST(GpuFaultTest, APoisonedContextStopsServingAndAnswersUnavailable) {
   MATMUL_SKIP_WITHOUT_GPU();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(FaultScenario(), ::testing::ExitedWithCode(3),
+  EXPECT_EXIT(FaultScenario(/*completion_by_word=*/false),
+              ::testing::ExitedWithCode(3),
+              "first=OK burst_unavailable=8 lost=1 later=UNAVAILABLE "
+              "health=NOT_SERVING message=the GPU was lost");
+}
+
+TEST(GpuFaultTest, APoisonedContextIsNoticedWhenEndsAreReadFromAWord) {
+  MATMUL_SKIP_WITHOUT_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(FaultScenario(/*completion_by_word=*/true),
+              ::testing::ExitedWithCode(3),
               "first=OK burst_unavailable=8 lost=1 later=UNAVAILABLE "
               "health=NOT_SERVING message=the GPU was lost");
 }

@@ -224,10 +224,10 @@ ServerMetrics::ServerMetrics(int max_shapes)
               .Help("Host time of one step of a launch on its worker "
                     "(stage: validate, await_stream, slot, stream_wait, "
                     "pointer_arrays, stack_in, gather, kernel, scatter, "
-                    "stack_out, signal, restore_device), for launches the "
-                    "CUDA backend queues and watches; what a launch's "
-                    "matmul_launch_worker_duration_seconds holds beyond "
-                    "their sum is the daemon's own")
+                    "stack_out, signal, end_mark, restore_device), for "
+                    "launches the CUDA backend queues and watches; what a "
+                    "launch's matmul_launch_worker_duration_seconds holds "
+                    "beyond their sum is the daemon's own")
               .Register(*registry_)),
       device_info_family_(
           prometheus::BuildGauge()

@@ -1,6 +1,8 @@
 #include "kernels/cuda/backend/cuda_backend.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -10,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/gemm/launch_order.h"
 #include "common/gemm/matrix_layout.h"
+#include "common/gemm/stream_order.h"
 #include "common/status_macros.h"
 #include "kernels/cuda/backend/internal/client_stream_order.h"
 #include "kernels/cuda/backend/internal/schedule_options.h"
@@ -321,18 +324,47 @@ absl::Status CudaBackend::QueueProduct(const GemmProblem& p,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Polls of a launch's end mark between queries of its stream.
+constexpr uint32_t kStreamQueryEvery = 64;
+
+}  // namespace
+
 void CudaBackend::Watch(std::unique_ptr<QueuedProducts> owned,
                         LaunchStageClock clock) {
   QueuedProducts* queued = owned.get();
+  StreamSlot& slot = queued->lease.slot();
+  // The end mark behind everything queued (where the option asks for it
+  // and the driver queues it): ready() then reads the slot's word.
+  std::optional<uint32_t> end_mark;
+  if (options_.completion_by_word && driver_api_.ok() &&
+      driver_api_->stream_write_value32(
+          slot.stream.get(), reinterpret_cast<CUdeviceptr>(slot.ends.device()),
+          slot.launches + 1, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS) {
+    end_mark = ++slot.launches;
+    clock.Lap("end_mark");
+  }
   queued->lease.RestoreDevice();
   clock.Lap("restore_device");
   queued->stages = std::move(clock).Take();
   completions_->Add(
       {.ready =
            // Called only until complete runs.
-       [queued] {
-         if (cudaStreamQuery(queued->lease.slot().stream.get()) !=
-             cudaErrorNotReady) {
+       [queued, end_mark, polls = uint32_t{0}]() mutable {
+         StreamSlot& slot = queued->lease.slot();
+         if (end_mark) {
+           if (WordReached(slot.ends.host()->load(std::memory_order_acquire),
+                           *end_mark)) {
+             return true;
+           }
+           // A stream that failed never writes the mark: ask it now and
+           // then.
+           if (++polls % kStreamQueryEvery == 0 &&
+               cudaStreamQuery(slot.stream.get()) != cudaErrorNotReady) {
+             return true;
+           }
+         } else if (cudaStreamQuery(slot.stream.get()) != cudaErrorNotReady) {
            return true;
          }
          if (queued->watch) queued->watch->Check(absl::Now());

@@ -34,6 +34,13 @@ struct CudaBackendOptions {
   // (adaptive_spin.h). The daemon sets it from --worker_spin_us, as it
   // does the workers' own spin.
   absl::Duration completion_idle_spin = absl::Milliseconds(1);
+  // How that thread notices a launch's end: false, cudaStreamQuery on its
+  // stream at each poll; true, the stream writes a word of pinned host
+  // memory after the launch (needs the driver's stream memory operations),
+  // and the thread reads it, asking the stream itself only now and then
+  // (a failed stream never writes it): polling then makes no CUDA call
+  // that launches would contend with.
+  bool completion_by_word = false;
   // TEST ONLY, for the out-of-memory path: once set up, the backend takes
   // all but this many bytes of the device's free memory and holds them, so
   // that a product whose staging needs more really fails in cudaMalloc.

@@ -403,107 +403,114 @@ std::vector<std::string> StageNames(const GemmRunInfo& run) {
 // one thread, more of them than there are slots, each answered on the
 // completion poller's thread once its output is complete, and so are
 // batches of one launch; a staged product completes on the calling
-// thread.
+// thread. Their ends noticed either way (--completion_poll).
 TEST_F(CudaBackendTest, StartBatchCompletesQueuedProductsOffTheCaller) {
-  CudaBackendOptions options;
-  options.selector.background_tuning = false;
-  options.streams = 3;
-  auto backend = CudaBackend::Create(options);
-  ASSERT_TRUE(backend.ok()) << backend.status();
-  constexpr int kProducts = 24;
-  std::vector<::matmul::cuda::testing::HostProblem> hosts;
-  std::vector<::matmul::cuda::testing::DeviceProblem> devices;
-  for (int i = 0; i < kProducts; ++i) {
-    hosts.push_back(MakeHostProblem(
-        ::matmul::cuda::testing::RandomSpec(rng_, 300, true, false), rng_));
-    auto device = ::matmul::cuda::testing::Upload(hosts.back());
-    ASSERT_TRUE(device.ok()) << device.status();
-    devices.push_back(*std::move(device));
-  }
-  const std::thread::id caller = std::this_thread::get_id();
-  absl::Mutex mu;
-  int answered = 0;
-  int on_caller = 0;
-  std::vector<absl::StatusOr<GemmRunInfo>> runs(kProducts);
-  for (int i = 0; i < kProducts; ++i) {
-    const GemmProblem* one[] = {&devices[i].problem};
-    (*backend)->StartBatch(one, /*on_device=*/true,
-                           [&, i](absl::StatusOr<GemmRunInfo> run) {
-                             absl::MutexLock lock(&mu);
-                             runs[i] = std::move(run);
-                             if (std::this_thread::get_id() == caller)
-                               ++on_caller;
-                             ++answered;
-                           });
-  }
-  {
-    absl::MutexLock lock(&mu);
-    ASSERT_TRUE(mu.AwaitWithTimeout(
-        absl::Condition(
-            +[](int* n) { return *n == kProducts; }, &answered),
-        absl::Seconds(60)));
-    // A product strided on every operand is gathered and scattered on
-    // the slot's stream, and queued all the same.
-    EXPECT_EQ(on_caller, 0);
-  }
-  for (int i = 0; i < kProducts; ++i) {
-    SCOPED_TRACE(hosts[i].spec.Name());
-    ASSERT_TRUE(runs[i].ok()) << runs[i].status();
-    EXPECT_GT(runs[i]->kernel_seconds, 0.0);
-    // The launch's steps on the caller, timed in order.
-    EXPECT_THAT(
-        StageNames(*runs[i]),
-        ::testing::ElementsAre("validate", "await_stream", "slot", "gather",
-                               "kernel", "scatter", "restore_device"));
-    ASSERT_TRUE(::matmul::cuda::testing::Download(devices[i], hosts[i]).ok());
-    EXPECT_LT(::matmul::cuda::testing::CheckError(hosts[i]), 1e-2);
-    EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
-  }
+  for (bool by_word : {false, true}) {
+    SCOPED_TRACE(by_word ? "ends read from a mapped word"
+                         : "ends asked of the stream");
+    CudaBackendOptions options;
+    options.selector.background_tuning = false;
+    options.streams = 3;
+    options.completion_by_word = by_word;
+    auto backend = CudaBackend::Create(options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    constexpr int kProducts = 24;
+    std::vector<::matmul::cuda::testing::HostProblem> hosts;
+    std::vector<::matmul::cuda::testing::DeviceProblem> devices;
+    for (int i = 0; i < kProducts; ++i) {
+      hosts.push_back(MakeHostProblem(
+          ::matmul::cuda::testing::RandomSpec(rng_, 300, true, false), rng_));
+      auto device = ::matmul::cuda::testing::Upload(hosts.back());
+      ASSERT_TRUE(device.ok()) << device.status();
+      devices.push_back(*std::move(device));
+    }
+    const std::thread::id caller = std::this_thread::get_id();
+    absl::Mutex mu;
+    int answered = 0;
+    int on_caller = 0;
+    std::vector<absl::StatusOr<GemmRunInfo>> runs(kProducts);
+    for (int i = 0; i < kProducts; ++i) {
+      const GemmProblem* one[] = {&devices[i].problem};
+      (*backend)->StartBatch(one, /*on_device=*/true,
+                             [&, i](absl::StatusOr<GemmRunInfo> run) {
+                               absl::MutexLock lock(&mu);
+                               runs[i] = std::move(run);
+                               if (std::this_thread::get_id() == caller)
+                                 ++on_caller;
+                               ++answered;
+                             });
+    }
+    {
+      absl::MutexLock lock(&mu);
+      ASSERT_TRUE(mu.AwaitWithTimeout(
+          absl::Condition(
+              +[](int* n) { return *n == kProducts; }, &answered),
+          absl::Seconds(60)));
+      // A product strided on every operand is gathered and scattered on
+      // the slot's stream, and queued all the same.
+      EXPECT_EQ(on_caller, 0);
+    }
+    for (int i = 0; i < kProducts; ++i) {
+      SCOPED_TRACE(hosts[i].spec.Name());
+      ASSERT_TRUE(runs[i].ok()) << runs[i].status();
+      EXPECT_GT(runs[i]->kernel_seconds, 0.0);
+      // The launch's steps on the caller, timed in order.
+      std::vector<std::string> steps = {
+          "validate", "await_stream", "slot",          "gather",
+          "kernel",   "scatter",      "restore_device"};
+      // The end mark is queued where ends are read from the word.
+      if (by_word) steps.insert(steps.end() - 1, "end_mark");
+      EXPECT_EQ(StageNames(*runs[i]), steps);
+      ASSERT_TRUE(::matmul::cuda::testing::Download(devices[i], hosts[i]).ok());
+      EXPECT_LT(::matmul::cuda::testing::CheckError(hosts[i]), 1e-2);
+      EXPECT_FALSE(::matmul::cuda::testing::OutsideWritten(hosts[i]));
+    }
 
-  // Batches of one shape: one launch each (pointer arrays; stacked where
-  // they share B), queued and answered off the caller as well.
-  ProblemSpec spec;
-  spec.m = 16;
-  spec.n = 512;
-  spec.k = 512;
-  spec.b = OperandLayout::kColMajor;
-  for (bool shared_b : {false, true}) {
-    SCOPED_TRACE(shared_b ? "sharing B" : "own B's");
-    DeviceBatch batch;
-    ASSERT_NO_FATAL_FAILURE(
-        MakeDeviceBatch(spec, /*count=*/3, shared_b, batch));
-    absl::Notification batch_answered;
-    absl::StatusOr<GemmRunInfo> run;
-    bool ran_here = true;
-    (*backend)->StartBatch(batch.problems, /*on_device=*/true,
-                           [&](absl::StatusOr<GemmRunInfo> result) {
-                             run = std::move(result);
+    // Batches of one shape: one launch each (pointer arrays; stacked where
+    // they share B), queued and answered off the caller as well.
+    ProblemSpec spec;
+    spec.m = 16;
+    spec.n = 512;
+    spec.k = 512;
+    spec.b = OperandLayout::kColMajor;
+    for (bool shared_b : {false, true}) {
+      SCOPED_TRACE(shared_b ? "sharing B" : "own B's");
+      DeviceBatch batch;
+      ASSERT_NO_FATAL_FAILURE(
+          MakeDeviceBatch(spec, /*count=*/3, shared_b, batch));
+      absl::Notification batch_answered;
+      absl::StatusOr<GemmRunInfo> run;
+      bool ran_here = true;
+      (*backend)->StartBatch(batch.problems, /*on_device=*/true,
+                             [&](absl::StatusOr<GemmRunInfo> result) {
+                               run = std::move(result);
+                               ran_here = std::this_thread::get_id() == caller;
+                               batch_answered.Notify();
+                             });
+      ASSERT_TRUE(
+          batch_answered.WaitForNotificationWithTimeout(absl::Seconds(60)));
+      ASSERT_TRUE(run.ok()) << run.status();
+      EXPECT_FALSE(ran_here);
+      EXPECT_GT(run->kernel_seconds, 0.0);
+      EXPECT_EQ(run->kernel.find("+stacked") != std::string::npos, shared_b)
+          << run->kernel;
+      EXPECT_THAT(StageNames(*run), ::testing::Contains("pointer_arrays"));
+      EXPECT_THAT(StageNames(*run),
+                  ::testing::Contains("stack_in").Times(shared_b ? 1 : 0));
+      CheckDeviceBatch(batch, run->kernel);
+    }
+
+    bool ran_here = false;
+    auto staged = MakeHostProblem(spec, rng_);
+    const GemmProblem* host_one[] = {&staged.problem};
+    (*backend)->StartBatch(host_one, /*on_device=*/false,
+                           [&](absl::StatusOr<GemmRunInfo> run) {
+                             EXPECT_TRUE(run.ok()) << run.status();
                              ran_here = std::this_thread::get_id() == caller;
-                             batch_answered.Notify();
                            });
-    ASSERT_TRUE(
-        batch_answered.WaitForNotificationWithTimeout(absl::Seconds(60)));
-    ASSERT_TRUE(run.ok()) << run.status();
-    EXPECT_FALSE(ran_here);
-    EXPECT_GT(run->kernel_seconds, 0.0);
-    EXPECT_EQ(run->kernel.find("+stacked") != std::string::npos, shared_b)
-        << run->kernel;
-    EXPECT_THAT(StageNames(*run), ::testing::Contains("pointer_arrays"));
-    EXPECT_THAT(StageNames(*run),
-                ::testing::Contains("stack_in").Times(shared_b ? 1 : 0));
-    CheckDeviceBatch(batch, run->kernel);
+    EXPECT_TRUE(ran_here);
+    EXPECT_LT(::matmul::cuda::testing::CheckError(staged), 1e-2);
   }
-
-  bool ran_here = false;
-  auto staged = MakeHostProblem(spec, rng_);
-  const GemmProblem* host_one[] = {&staged.problem};
-  (*backend)->StartBatch(host_one, /*on_device=*/false,
-                         [&](absl::StatusOr<GemmRunInfo> run) {
-                           EXPECT_TRUE(run.ok()) << run.status();
-                           ran_here = std::this_thread::get_id() == caller;
-                         });
-  EXPECT_TRUE(ran_here);
-  EXPECT_LT(::matmul::cuda::testing::CheckError(staged), 1e-2);
 }
 
 TEST_F(CudaBackendTest, SeedShapeThroughRunHost) {

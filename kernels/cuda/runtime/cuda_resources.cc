@@ -1,5 +1,7 @@
 #include "kernels/cuda/runtime/cuda_resources.h"
 
+#include <atomic>
+#include <cstdint>
 #include <utility>
 
 #include "common/status_macros.h"
@@ -86,6 +88,33 @@ CudaStream::~CudaStream() {
 
 absl::Status CudaStream::Synchronize() const {
   return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+absl::StatusOr<MappedHostWord> MappedHostWord::Create() {
+  MappedHostWord word;
+  void* host = nullptr;
+  // A cache line of its own: the device writes it while the host polls.
+  RETURN_IF_ERROR(CudaStatus(
+      cudaHostAlloc(&host, 64, cudaHostAllocMapped | cudaHostAllocPortable),
+      "cudaHostAlloc (a mapped word)"));
+  word.host_ = static_cast<std::atomic<uint32_t>*>(host);
+  word.host_->store(0, std::memory_order_relaxed);
+  RETURN_IF_ERROR(CudaStatus(cudaHostGetDevicePointer(&word.device_, host, 0),
+                             "cudaHostGetDevicePointer (a mapped word)"));
+  return word;
+}
+
+MappedHostWord& MappedHostWord::operator=(MappedHostWord&& other) noexcept {
+  if (this != &other) {
+    if (host_ != nullptr) cudaFreeHost(host_);
+    host_ = std::exchange(other.host_, nullptr);
+    device_ = std::exchange(other.device_, nullptr);
+  }
+  return *this;
+}
+
+MappedHostWord::~MappedHostWord() {
+  if (host_ != nullptr) cudaFreeHost(host_);
 }
 
 absl::StatusOr<CudaEvent> CudaEvent::Create(unsigned flags) {

@@ -1,13 +1,15 @@
-// RAII owners for the CUDA objects this folder uses: device buffers, streams
-// and events. Each is move-only, made by a static Create that reports
-// failure as a Status, and released in its destructor (errors there are
+// RAII owners for the CUDA objects this folder uses: device buffers, streams,
+// events and mapped host words. Each is move-only, made by a static Create that
+// reports failure as a Status, and released in its destructor (errors there are
 // ignored: nothing useful can be done with them while unwinding).
 #ifndef MATMUL_KERNELS_CUDA_RUNTIME_CUDA_RESOURCES_H_
 #define MATMUL_KERNELS_CUDA_RUNTIME_CUDA_RESOURCES_H_
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -103,6 +105,27 @@ class CudaEvent {
  private:
   CudaEvent() = default;
   cudaEvent_t event_ = nullptr;
+};
+
+// A 32-bit word of pinned host memory that the device writes too (a
+// stream's cuStreamWriteValue32 at device()): the host reads its progress
+// there without a CUDA call.
+class MappedHostWord {
+ public:
+  static absl::StatusOr<MappedHostWord> Create();
+  MappedHostWord(MappedHostWord&& other) noexcept { *this = std::move(other); }
+  MappedHostWord& operator=(MappedHostWord&& other) noexcept;
+  MappedHostWord(const MappedHostWord&) = delete;
+  MappedHostWord& operator=(const MappedHostWord&) = delete;
+  ~MappedHostWord();
+
+  std::atomic<uint32_t>* host() const { return host_; }
+  void* device() const { return device_; }
+
+ private:
+  MappedHostWord() = default;
+  std::atomic<uint32_t>* host_ = nullptr;
+  void* device_ = nullptr;
 };
 
 // Timing events handed out as shared pointers: an event goes back to the

@@ -37,9 +37,13 @@ absl::StatusOr<std::unique_ptr<StreamSlotPool>> StreamSlotPool::Create(
     ASSIGN_OR_RETURN(CudaEvent start, CudaEvent::Create());
     ASSIGN_OR_RETURN(CudaEvent stop, CudaEvent::Create());
     ASSIGN_OR_RETURN(CudaEvent prepared, CudaEvent::Create());
-    auto slot = std::make_unique<StreamSlot>(
-        StreamSlot{std::move(stream), std::move(start), std::move(stop),
-                   std::move(prepared)});
+    ASSIGN_OR_RETURN(MappedHostWord ends, MappedHostWord::Create());
+    auto slot =
+        std::make_unique<StreamSlot>(StreamSlot{.stream = std::move(stream),
+                                                .start = std::move(start),
+                                                .stop = std::move(stop),
+                                                .prepared = std::move(prepared),
+                                                .ends = std::move(ends)});
     RETURN_IF_ERROR(slot->workspace.Reserve(workspace_bytes));
     slots.push_back(std::move(slot));
   }

@@ -7,6 +7,7 @@
 #define MATMUL_KERNELS_CUDA_BACKEND_INTERNAL_STREAM_SLOTS_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -36,6 +37,10 @@ struct StreamSlot {
   DeviceBuffer pointer_arrays;
   // A product list's scratch (kernels/gemm_list.h), kept between lists.
   DeviceBuffer scratch;
+  // Where the stream marks the end of each queued launch, numbered by
+  // `launches` (CudaBackend::Watch, --completion_poll=word).
+  MappedHostWord ends;
+  uint32_t launches = 0;
 };
 
 class StreamSlotPool;
