@@ -90,6 +90,12 @@ ABSL_FLAG(std::string, completion_poll, "query",
           "stream only now and then (a failed stream never writes it), so "
           "that polling makes no CUDA call for launches to contend with "
           "(needs the driver's stream memory operations; query otherwise).");
+ABSL_FLAG(int, completion_threads, 1,
+          "CUDA: threads that notice queued launches' ends and complete "
+          "them, answers included, each for every n-th launch; more than "
+          "one where one thread cannot keep up with the GPU (its busy time "
+          "is matmul_completion_thread_seconds_total). Each polls while it "
+          "has launches out.");
 ABSL_FLAG(double, serial_min_gflop_per_sm, 1.0,
           "CUDA: products (or batches) of at least this many GFLOP per SM "
           "of the GPU run one after another on one stream that all workers "
@@ -304,6 +310,12 @@ absl::StatusOr<DaemonSettings> SettingsFromFlags(int argc, char** argv) {
                      "'; expected query or word"));
   }
   backend.cuda.completion_by_word = completion_poll == "word";
+  backend.cuda.completion_threads = absl::GetFlag(FLAGS_completion_threads);
+  if (backend.cuda.completion_threads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--completion_threads is ",
+                     backend.cuda.completion_threads, "; expected >= 1"));
+  }
   backend.cuda.serial_min_gflop_per_sm =
       absl::GetFlag(FLAGS_serial_min_gflop_per_sm);
   const std::string stream_order_wait = absl::GetFlag(FLAGS_stream_order_wait);

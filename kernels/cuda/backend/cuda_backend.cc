@@ -31,6 +31,11 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("streams is ", options.streams, "; expected >= 1"));
   }
+  if (options.completion_threads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("completion_threads is ",
+                                                   options.completion_threads,
+                                                   "; expected >= 1"));
+  }
   if (!(options.serial_min_gflop_per_sm > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("serial_min_gflop_per_sm is ",
@@ -94,13 +99,15 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceInfo info,
   CompletionPollerOptions poller;
   poller.idle_spin = options_.completion_idle_spin;
   const int device = options_.device;
-  completions_ = std::make_unique<CompletionPoller>(
-      poller, [device] { (void)cudaSetDevice(device); });
+  for (int i = 0; i < options_.completion_threads; ++i) {
+    completions_.push_back(std::make_unique<CompletionPoller>(
+        poller, [device] { (void)cudaSetDevice(device); }));
+  }
 }
 
 CudaBackend::~CudaBackend() {
   // Products still queued end and give their slots back first.
-  completions_.reset();
+  completions_.clear();
   // Stop background tuning (whose guard holds the slots) before the slots,
   // buffers and streams go away.
   selector_.reset();
@@ -348,7 +355,11 @@ void CudaBackend::Watch(std::unique_ptr<QueuedProducts> owned,
   queued->lease.RestoreDevice();
   clock.Lap("restore_device");
   queued->stages = std::move(clock).Take();
-  completions_->Add(
+  // Launches go to the pollers in turn: each notices the ends of its own
+  // and completes them (answers included) on its thread.
+  const uint32_t turn =
+      next_completions_.fetch_add(1, std::memory_order_relaxed);
+  completions_[turn % completions_.size()]->Add(
       {.ready =
            // Called only until complete runs.
        [queued, end_mark, polls = uint32_t{0}]() mutable {
@@ -752,9 +763,15 @@ BackendGauges CudaBackend::Gauges() const {
   const GemmSelector::TuningCounts tunings = selector_->tuning_counts();
   gauges.tunings_succeeded = tunings.succeeded;
   gauges.tunings_failed = tunings.failed;
-  const CompletionPoller::BusyTime busy = completions_->busy();
-  gauges.completion_polling_seconds = absl::ToDoubleSeconds(busy.polling);
-  gauges.completion_completing_seconds = absl::ToDoubleSeconds(busy.completing);
+  absl::Duration polling;
+  absl::Duration completing;
+  for (const std::unique_ptr<CompletionPoller>& poller : completions_) {
+    const CompletionPoller::BusyTime busy = poller->busy();
+    polling += busy.polling;
+    completing += busy.completing;
+  }
+  gauges.completion_polling_seconds = absl::ToDoubleSeconds(polling);
+  gauges.completion_completing_seconds = absl::ToDoubleSeconds(completing);
   return gauges;
 }
 

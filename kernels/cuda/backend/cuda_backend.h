@@ -31,6 +31,7 @@
 #ifndef MATMUL_KERNELS_CUDA_BACKEND_CUDA_BACKEND_H_
 #define MATMUL_KERNELS_CUDA_BACKEND_CUDA_BACKEND_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -189,8 +190,11 @@ class CudaBackend : public GemmBackend {
 
   // Device memory held back by test_only_memory_headroom_bytes.
   DeviceBuffer test_only_ballast_;
-  // Notices the ends of StartBatch's queued products; destroyed first.
-  std::unique_ptr<CompletionPoller> completions_;
+  // Notice the ends of StartBatch's queued products, each its share
+  // (completion_threads); destroyed first.
+  std::vector<std::unique_ptr<CompletionPoller>> completions_;
+  // The poller the next launch goes to.
+  std::atomic<uint32_t> next_completions_{0};
 };
 
 // The factory the daemon calls for --backend=cuda|auto.

@@ -41,6 +41,11 @@ struct CudaBackendOptions {
   // (a failed stream never writes it): polling then makes no CUDA call
   // that launches would contend with.
   bool completion_by_word = false;
+  // Threads that notice launches' ends and complete them (answers
+  // included), each for every n-th launch: more than one where one thread
+  // cannot keep up with the GPU's ends; each polls while it has launches
+  // out. >= 1.
+  int completion_threads = 1;
   // TEST ONLY, for the out-of-memory path: once set up, the backend takes
   // all but this many bytes of the device's free memory and holds them, so
   // that a product whose staging needs more really fails in cudaMalloc.

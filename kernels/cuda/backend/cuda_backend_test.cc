@@ -65,6 +65,10 @@ TEST(CudaBackendValidation, RejectsBadOptions) {
   EXPECT_EQ(CudaBackend::Create(options).status().code(),
             absl::StatusCode::kInvalidArgument);
   options.streams = 2;
+  options.completion_threads = 0;
+  EXPECT_EQ(CudaBackend::Create(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.completion_threads = 1;
   for (double gflop : {0.0, -1.0, std::nan("")}) {
     options.serial_min_gflop_per_sm = gflop;
     EXPECT_EQ(CudaBackend::Create(options).status().code(),
@@ -412,6 +416,8 @@ TEST_F(CudaBackendTest, StartBatchCompletesQueuedProductsOffTheCaller) {
     options.selector.background_tuning = false;
     options.streams = 3;
     options.completion_by_word = by_word;
+    // Two threads complete them too.
+    options.completion_threads = by_word ? 2 : 1;
     auto backend = CudaBackend::Create(options);
     ASSERT_TRUE(backend.ok()) << backend.status();
     constexpr int kProducts = 24;
