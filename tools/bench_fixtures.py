@@ -189,10 +189,12 @@ def native_speed(scale=1.0, processes=True, gpu="NVIDIA H100 80GB HBM3"):
     return report
 
 
-def many_processes(scale=1.0, gpu="NVIDIA H100 80GB HBM3"):
+def many_processes(scale=1.0, gpu="NVIDIA H100 80GB HBM3", launches=False):
     """One `tests/gpu/bench/many_processes.py --json` report: each mode at
     1 and 8 processes, the daemon at 10,000 * processes * scale products/s
-    and local at 5,000 * processes."""
+    and local at 5,000 * processes; with `launches`, each case's daemon
+    metrics as --metrics_url adds them (a worker hold of 100 us per
+    process)."""
     spreads = [0.9, 1.0, 1.1]
     cases = []
     for mode in ("distinct", "shared", "adapter"):
@@ -203,6 +205,21 @@ def many_processes(scale=1.0, gpu="NVIDIA H100 80GB HBM3"):
                           "daemon_per_s": _spread(d),
                           "local_per_s": _spread(t),
                           "ratio": _spread(a / b for a, b in zip(d, t))})
+            if launches:
+                cases[-1]["daemon_launches"] = {
+                    "launches": 1000.0, "requests": 1500.0,
+                    "mean_batch": 1.5, "worker_us": 100.0 * processes,
+                    "stages_us": {"slot": 60.0 * processes, "kernel": 25.0,
+                                  "signal": 5.0, "validate": 1.0},
+                    "launch_us": 400.0, "kernel_us": 40.0,
+                    "answer_us": 10.0, "queue_us": 30.0,
+                    "daemon_cores": 4.5, "completion_polling": 0.5,
+                    "completion_completing": 0.25}
+                cases[-1]["machine"] = {
+                    "daemon": {"cores_busy": 15.5,
+                               "switches_per_product": 3.0},
+                    "local": {"cores_busy": 8.0,
+                              "switches_per_product": 0.5}}
     return {"gpu": gpu, "shape": [16, 4096, 4096], "rank": 16,
             "products_per_process": 300, "repeat": len(spreads),
             "cases": cases, "wrong": []}

@@ -25,7 +25,8 @@ docs/bench/ (tests/gpu/bench/ produces them on the GPU machine):
                       and under MPS (tests/gpu/bench/python_bench.sh
                       many_processes with MPS=both writes both): 1 to
                       8 processes with distinct weights, one shared
-                      weight, and the shared weight with adapters
+                      weight, and the shared weight with adapters; with
+                      the daemon's metrics, where its launches went
 
 Every figure on the page comes from these files; the prose around them
 only says how each figure is measured. A part whose files are absent says
@@ -409,6 +410,10 @@ products are checked against FP32, and the script fails on a wrong one.
 
 LORA_FILES = ("lora_step.json", "lora_step_mps.json")
 MANY_FILES = ("many_processes.json", "many_processes_mps.json")
+# A case's daemon_launches figures the page shows (besides stages_us).
+MANY_LAUNCH_FIGURES = ("mean_batch", "worker_us", "launch_us",
+                       "completion_polling", "completion_completing",
+                       "daemon_cores")
 NATIVE_FILES = ("native_speed.json", "native_speed_mps.json")
 MPS_LABELS = ("without MPS", "under MPS")
 # lora_step.py's sides, in the page's order, and what each is.
@@ -519,6 +524,20 @@ def load_many(path):
         field(case, "processes", int, where)
         for key in ("daemon_per_s", "local_per_s", "ratio"):
             check_spread(case, key, where)
+        # Written with --metrics_url (the daemon's /metrics around each
+        # round): where its launches' time went.
+        if "daemon_launches" in case:
+            launches = field(case, "daemon_launches", dict, where)
+            for key in MANY_LAUNCH_FIGURES:
+                field(launches, key, float, f"{where} daemon_launches")
+            for stage, value in field(launches, "stages_us", dict,
+                                      f"{where} daemon_launches").items():
+                field({stage: value}, stage, float,
+                      f"{where} daemon_launches stages_us")
+            machine = field(case, "machine", dict, where)
+            for side in ("daemon", "local"):
+                field(field(machine, side, dict, f"{where} machine"),
+                      "cores_busy", float, f"{where} machine {side}")
     return report
 
 
@@ -784,6 +803,37 @@ def many_section(reports):
                    f"daemon / local, {label}"]
     out.append("Products/s of all processes together:\n")
     out.append(table(header, rows))
+    launch_rows = []
+    for label, r in zip(MPS_LABELS, reports):
+        cases = [c for c in (r["cases"] if r else ()) if "daemon_launches" in c]
+        for case in cases:
+            if case["processes"] != max(c["processes"] for c in cases):
+                continue
+            b = case["daemon_launches"]
+            steps = sorted(b["stages_us"].items(), key=lambda kv: -kv[1])[:3]
+            launch_rows.append([
+                label, case["mode"], str(case["processes"]),
+                two(b["mean_batch"]), us(b["worker_us"]),
+                ", ".join(f"{name} {us(value)}" for name, value in steps)
+                or "-",
+                us(b["launch_us"]),
+                two(b["completion_polling"] + b["completion_completing"]),
+                two(b["daemon_cores"]),
+                f"{case['machine']['daemon']['cores_busy']:.1f} / "
+                f"{case['machine']['local']['cores_busy']:.1f}"])
+    if launch_rows:
+        out.append("\nWhere the daemon's launches went, at the most "
+                   "processes (the daemon's /metrics around each round, "
+                   "all rounds together; microseconds per launch): a "
+                   "launch's hold on its worker and its three longest "
+                   "steps in it, launch to end noticed, the completion "
+                   "thread's busy share, the daemon's CPU in cores, and "
+                   "the machine's busy cores on each side:\n")
+        out.append(table(
+            ["setting", "weights", "processes", "mean batch",
+             "worker hold", "longest steps", "launch to end",
+             "completion thread busy", "daemon cores",
+             "machine cores busy, daemon / local"], launch_rows))
     return "\n".join(out)
 
 

@@ -311,6 +311,24 @@ class BenchmarksPageTest(unittest.TestCase):
         self.assertEqual(rows, ["| distinct 1", "| distinct 8",
                                 "| shared 1", "| shared 8",
                                 "| adapter 1", "| adapter 8"])
+        self.assertNotIn("Where the daemon's launches went", part)
+        # With the daemon's metrics: where its launches went, at 8.
+        self.write("many_processes_mps.json",
+                   bench_fixtures.many_processes(scale=0.25, launches=True))
+        result = self.generate()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        part = self.pytorch_part(self.read_page())
+        self.assertIn("| under MPS | distinct | 8 | 1.50 | 800.0 | slot "
+                      "480.0, kernel 25.0, signal 5.0 | 400.0 | 0.75 | 4.50 "
+                      "| 15.5 / 8.0 |", part)
+        self.assertNotIn("| under MPS | distinct | 1 |", part)
+        report = bench_fixtures.many_processes(launches=True)
+        del report["cases"][1]["daemon_launches"]["worker_us"]
+        self.write("many_processes.json", report)
+        result = self.generate()
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('many_processes.json: cases[1] daemon_launches: no '
+                      '"worker_us"', result.stderr)
         report = bench_fixtures.many_processes()
         del report["cases"][2]["ratio"]
         self.write("many_processes.json", report)
