@@ -9,8 +9,9 @@
 # cores were on each side.
 # VARIANTS is a list of "label|matmul-server flags|many_processes.py flags"
 # separated by ';' (default: the defaults; launches' ends read from a
-# mapped word; two completion threads; daemon threads that spin less;
-# fewer daemon threads; clients that do not spin on their rings).
+# mapped word; two completion threads; daemon threads that spin less; one
+# worker and one ring poller, where requests queue while it launches and
+# go out together; clients that do not spin on their rings).
 # FLAGS adds many_processes.py flags to every run (default: --modes=distinct
 # --processes=8). Each setting's files go to $OUT/variants/LABEL/; one
 # summary table closes. Needs bundle/ (tests/gpu/bundle.sh) and the
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/../../../.." || exit 1
 OUT=${OUT:-$PWD/gpu-out}
 res=$OUT/variants
 mkdir -p "$res"
-VARIANTS=${VARIANTS:-"default||;word|--completion_poll=word|;two_completers|--completion_threads=2|;quiet|--worker_spin_us=0 --ring_poll_spin_us=50|;few_threads|--worker_threads=2 --ring_pollers=1|;client_no_spin||--ring_spin_us=0"}
+VARIANTS=${VARIANTS:-"default||;word|--completion_poll=word|;two_completers|--completion_threads=2|;quiet|--worker_spin_us=0 --ring_poll_spin_us=50|;one_worker|--worker_threads=1 --ring_pollers=1|;client_no_spin||--ring_spin_us=0"}
 FLAGS=${FLAGS:---modes=distinct --processes=8}
 MPS=${MPS:-on}
 rc=0
