@@ -26,7 +26,9 @@ struct LaunchStage {
 
 class LaunchStageClock {
  public:
-  LaunchStageClock() : last_(std::chrono::steady_clock::now()) {}
+  LaunchStageClock() : last_(std::chrono::steady_clock::now()) {
+    stages_.reserve(kTypicalStages);  // one allocation per launch
+  }
 
   // Ends the step that began at the previous lap (or at construction).
   void Lap(const char* name) {
@@ -39,6 +41,7 @@ class LaunchStageClock {
   std::vector<LaunchStage> Take() && { return std::move(stages_); }
 
  private:
+  static constexpr int kTypicalStages = 12;
   std::chrono::steady_clock::time_point last_;
   std::vector<LaunchStage> stages_;
 };
