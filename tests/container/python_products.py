@@ -74,11 +74,13 @@ def drain(target, url, ready_file):
         b = torch.randn(size, size).bfloat16()
         check_product(client.matmul(a, b, transpose_b=True), a, b)
         finished_before = metric_sum(url, "matmul_requests_total")
-        futures = []
-        for _ in range(count):
-            a = torch.randn(size, size).bfloat16()
-            b = torch.randn(size, size).bfloat16()
-            futures.append((client.matmul_async(a, b, transpose_b=True), a, b))
+        # Operands made first, then sent back to back: made between the
+        # sends, the first products could be answered before the last is
+        # sent, and the stop would find nothing in flight.
+        operands = [(torch.randn(size, size).bfloat16(),
+                     torch.randn(size, size).bfloat16()) for _ in range(count)]
+        futures = [(client.matmul_async(a, b, transpose_b=True), a, b)
+                   for a, b in operands]
         deadline = time.monotonic() + 60
         while True:
             in_flight = metric_sum(url, "matmul_requests_in_flight")
