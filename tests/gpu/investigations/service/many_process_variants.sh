@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 47's case (a) under several daemon and client settings, one fresh
-# daemon each, to find what holds the daemon below local processes: 8
-# processes, distinct weights, 16x4096x4096 NT, call + synchronize
+# Issue 47's cases (a) and (b) under several daemon and client settings,
+# one fresh daemon each, to find what holds the daemon below local
+# processes: 8 processes, distinct weights and one shared weight,
+# 16x4096x4096 NT, call + synchronize
 # (tests/gpu/bench/many_processes.py), each setting under MPS (MPS=on, the
 # default), without (off) or both. Every run reads the daemon's /metrics
 # around each round, so each setting's table says where a launch's time
@@ -11,9 +12,10 @@
 # separated by ';' (default: the defaults; launches' ends read from a
 # mapped word; two completion threads; daemon threads that spin less; one
 # worker and one ring poller, where requests queue while it launches and
-# go out together; clients that do not spin on their rings).
-# FLAGS adds many_processes.py flags to every run (default: --modes=distinct
-# --processes=8). One summary table closes (also $OUT/variants.txt): per
+# go out together; a worker waiting up to 50 us for a batch to fill;
+# clients that do not spin on their rings).
+# FLAGS adds many_processes.py flags to every run (default:
+# --modes=distinct,shared --processes=8). One summary table closes (also $OUT/variants.txt): per
 # setting and case, products/s and the ratio, the mean batch, the worker's
 # hold per launch and its longest steps, the completion thread's busy share,
 # the daemon's and the machine's CPU. Each setting's files (many_processes
@@ -26,8 +28,8 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 res=$(mktemp -d)
 trap 'rm -rf "$res"' EXIT
-VARIANTS=${VARIANTS:-"default||;word|--completion_poll=word|;two_completers|--completion_threads=2|;quiet|--worker_spin_us=0 --ring_poll_spin_us=50|;one_worker|--worker_threads=1 --ring_pollers=1|;client_no_spin||--ring_spin_us=0"}
-FLAGS=${FLAGS:---modes=distinct --processes=8}
+VARIANTS=${VARIANTS:-"default||;word|--completion_poll=word|;two_completers|--completion_threads=2|;quiet|--worker_spin_us=0 --ring_poll_spin_us=50|;one_worker|--worker_threads=1 --ring_pollers=1|;delay|--max_queue_delay_us=50|;client_no_spin||--ring_spin_us=0"}
+FLAGS=${FLAGS:---modes=distinct,shared --processes=8}
 MPS=${MPS:-on}
 rc=0
 labels=()
