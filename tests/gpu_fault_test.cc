@@ -101,19 +101,13 @@ void FaultScenario(bool completion_by_word) {
 TEST(GpuFaultTest, APoisonedContextStopsServingAndAnswersUnavailable) {
   MATMUL_SKIP_WITHOUT_GPU();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(FaultScenario(/*completion_by_word=*/false),
-              ::testing::ExitedWithCode(3),
-              "first=OK burst_unavailable=8 lost=1 later=UNAVAILABLE "
-              "health=NOT_SERVING message=the GPU was lost");
-}
-
-TEST(GpuFaultTest, APoisonedContextIsNoticedWhenEndsAreReadFromAWord) {
-  MATMUL_SKIP_WITHOUT_GPU();
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(FaultScenario(/*completion_by_word=*/true),
-              ::testing::ExitedWithCode(3),
-              "first=OK burst_unavailable=8 lost=1 later=UNAVAILABLE "
-              "health=NOT_SERVING message=the GPU was lost");
+  for (bool by_word : {false, true}) {
+    SCOPED_TRACE(by_word ? "ends read from a mapped word"
+                         : "ends asked of the stream");
+    EXPECT_EXIT(FaultScenario(by_word), ::testing::ExitedWithCode(3),
+                "first=OK burst_unavailable=8 lost=1 later=UNAVAILABLE "
+                "health=NOT_SERVING message=the GPU was lost");
+  }
 }
 
 TEST(GpuFaultTest, OutOfMemoryFailsThatRequestAndServingGoesOn) {

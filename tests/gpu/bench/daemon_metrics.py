@@ -34,17 +34,21 @@ def _labels(key):
     return {k: v.strip('"') for k, v in pairs}
 
 
+def _series(samples, name):
+    """(labels, value) of each of `name`'s series."""
+    return ((_labels(key), value) for key, value in samples.items()
+            if key.split("{", 1)[0] == name)
+
+
 def total(samples, name, **labels):
     """The sum of `name`'s series whose labels include `labels`."""
-    return sum(value for key, value in samples.items()
-               if key.split("{", 1)[0] == name and
-               all(_labels(key).get(k) == v for k, v in labels.items()))
+    return sum(value for have, value in _series(samples, name)
+               if all(have.get(k) == v for k, v in labels.items()))
 
 
 def label_values(samples, name, label):
-    return sorted({_labels(key)[label] for key in samples
-                   if key.split("{", 1)[0] == name and
-                   label in _labels(key)})
+    return sorted({have[label] for have, _ in _series(samples, name)
+                   if label in have})
 
 
 def launch_breakdown(before, after, wall_seconds):
